@@ -1,0 +1,41 @@
+"""Every error kvbench reports to a user, in one place.
+
+    KvbenchError            exit 1, one line, no traceback unless --verbose
+    ├── UsageError          exit 2, bad CLI value or bad input file
+    │   └── ScenarioError   exit 2, one `field.path: message` line per problem
+    └── TargetUnreachable   exit 3, the server refused before the first phase
+"""
+
+from __future__ import annotations
+
+
+class KvbenchError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def lines(self) -> list[str]:
+        return [self.message]
+
+
+class UsageError(KvbenchError):
+    exit_code = 2
+
+
+class ScenarioError(UsageError):
+    """A scenario that does not validate; carries one line per problem."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__("; ".join(problems))
+
+    def lines(self) -> list[str]:
+        prefix = f"{self.source}: " if self.source else ""
+        return [prefix + p for p in self.problems]
+
+
+class TargetUnreachable(KvbenchError):
+    exit_code = 3
