@@ -1,9 +1,9 @@
 """Every error kvbench reports to a user, in one place.
 
-    KvbenchError            exit 1, one line, no traceback unless --verbose
-    ├── UsageError          exit 2, bad CLI value or bad input file
-    │   └── ScenarioError   exit 2, one `field.path: message` line per problem
-    └── TargetUnreachable   exit 3, the server refused before the first phase
+KvbenchError            exit 1, one line, no traceback unless --verbose
+├── UsageError          exit 2, bad CLI value or bad input file
+│   └── ScenarioError   exit 2, one `field.path: message` line per problem
+└── TargetUnreachable   exit 3, the server refused before the first phase
 """
 
 from __future__ import annotations

@@ -1,0 +1,99 @@
+"""The kvbench command line. Thin: parse, validate, call one function, print.
+
+Heavy imports (pandas, matplotlib, the runner) happen inside commands so that
+`kvbench --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from kvbench import __version__
+from kvbench.errors import KvbenchError
+
+app = typer.Typer(
+    name="kvbench",
+    help=(
+        "Benchmark OpenAI-compatible LLM servers with KV-cache offload.\n\n"
+        "Reproduces the published G4 tests (TTFT cold vs cached, throughput over 28 connections, "
+        "throughput under a noisy neighbour) against any server, or against the built-in mock when "
+        "no --base-url is given."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_state = {"verbose": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"kvbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks and debug logs.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    _state["verbose"] = verbose
+
+
+def _register_subcommands() -> None:
+    # Each area owns its commands; importing these modules must stay cheap.
+    from kvbench import commands_run
+
+    commands_run.register(app)
+    for module_name in (
+        "kvbench.mock.commands",
+        "kvbench.report.commands",
+        "kvbench.noise_commands",
+        "kvbench.engines.commands",
+    ):
+        try:
+            module = __import__(module_name, fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # that area is not built yet
+            raise
+        module.register(app)
+
+
+def main() -> None:
+    _register_subcommands()
+    verbose = "--verbose" in sys.argv or "-v" in sys.argv[1:2]
+    try:
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
+    except KvbenchError as exc:
+        if verbose:
+            raise
+        for line in exc.lines():
+            print(f"kvbench: {line}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("kvbench: aborted", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print("kvbench: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the unexpected
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        if verbose:
+            raise
+        print(f"kvbench: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)", file=sys.stderr)
+        sys.exit(1)
