@@ -48,6 +48,9 @@ def _root(
 
 def _register_subcommands() -> None:
     # Each area owns its commands; importing these modules must stay cheap.
+    if _state.get("registered"):
+        return
+    _state["registered"] = True
     from kvbench import commands_run
 
     commands_run.register(app)
@@ -87,12 +90,10 @@ def main() -> None:
     except KeyboardInterrupt:
         print("kvbench: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the unexpected
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:  # click's usage errors (typer vendors click) and the unexpected
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
-            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+            sys.exit(exc.exit_code)
         if verbose:
             raise
         print(f"kvbench: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)", file=sys.stderr)

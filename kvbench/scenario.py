@@ -409,23 +409,44 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     return out
 
 
+_UNION_FIELDS = {"load": ("sequential", "concurrent", "rate"), "noise": ("none", "tcp", "iperf3", "fio")}
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """Drop what pydantic adds for unions: the discriminator tag after `load`/`noise`, member names."""
+    out: list[str] = []
+    for i, part in enumerate(loc):
+        text = str(part)
+        if i > 0 and str(loc[i - 1]) in _UNION_FIELDS and text in _UNION_FIELDS[str(loc[i - 1])]:
+            continue
+        if "[" in text:  # e.g. list[int], function-after[_order(), LengthRange]
+            continue
+        out.append(text)
+    return tuple(out)
+
+
 def format_validation_error(exc: ValidationError) -> list[str]:
+    errors = [(_clean_loc(e["loc"]), e) for e in exc.errors()]
     lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
+    for loc, err in errors:
+        # a union reports every member; a member-type mismatch next to a real error is noise
+        if err["type"] in ("list_type", "dict_type", "model_type", "model_attributes_type") and any(
+            other is not err and other_loc[: len(loc)] == loc for other_loc, other in errors
+        ):
+            continue
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"{loc or '(top level)'}: {msg}")
+        where = ".".join(loc)
+        if msg.startswith(where + ":"):
+            msg = msg[len(where) + 1 :].strip()
+        if not where and re.match(r"^[\w.]+: ", msg):
+            line = msg  # a cross-field check names its own field
+        else:
+            line = f"{where or '(top level)'}: {msg}"
+        if line not in lines:
+            lines.append(line)
     return lines
-
-
-def _is_union_tag(part: Any) -> bool:
-    # pydantic puts the discriminator value or the union member name into the location
-    return isinstance(part, str) and (
-        part in {"sequential", "concurrent", "rate", "none", "tcp", "iperf3", "fio"}
-        or part.startswith(("list[", "LengthRange"))
-    )
 
 
 def validate_scenario(data: dict[str, Any], source: str | None = None) -> Scenario:

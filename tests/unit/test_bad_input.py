@@ -1,0 +1,105 @@
+"""Bad input: one or a few `path: message` lines on stderr, exit code 2, never a traceback."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvbench.cli import main
+
+BAD = Path(__file__).resolve().parents[1] / "data" / "bad_scenarios"
+
+EXPECTED = {
+    "unknown_key.yaml": "frobnicate: unknown key",
+    "wrong_type.yaml": "prompts.count: Input should be a valid integer",
+    "negative_concurrency.yaml": "load.concurrency: Input should be greater than 0",
+    "zero_concurrency.yaml": "load.concurrency: Input should be greater than 0",
+    "empty_lengths.yaml": "prompts.lengths: must list at least one length",
+    "length_above_context.yaml": "exceeds target.max_model_len 4096",
+    "yaml_syntax.yaml": "YAML syntax error: line",
+    "non_utf8.yaml": "not UTF-8",
+    "alias_bomb.yaml": "expands to more than",
+    "top_level_list.yaml": "top level must be a mapping",
+    "empty.yaml": "the file is empty",
+    "unknown_load_kind.yaml": "load: Input tag 'burst'",
+    "ttft_with_concurrent_load.yaml": "one request at a time",
+    "bad_base_url.yaml": "target.base_url: must start with http",
+    "api_key_literal.yaml": "target.api_key_env: String should match pattern",
+    "negative_max_tokens.yaml": "output.max_tokens: Input should be greater than 0",
+    "negative_temperature.yaml": "output.temperature: Input should be greater than or equal to 0",
+    "noisy_on_ttft.yaml": "noisy.enabled: quiet/noisy pairs apply to the throughput test",
+    "range_min_above_max.yaml": "prompts.lengths: min must not exceed max",
+    "missing_name.yaml": "name: Field required",
+    "unknown_api.yaml": "target.api: Input should be 'completions' or 'chat'",
+    "shared_prefix_too_long.yaml": "prompts.shared_prefix_tokens: must be shorter",
+    "max_error_rate_above_one.yaml": "max_error_rate: Input should be less than or equal to 1",
+    "zero_noise_senders.yaml": "noise.senders: Input should be greater than 0",
+    "negative_length.yaml": "prompts.lengths.1: Input should be greater than 0",
+    "zero_rate.yaml": "load.rate: Input should be greater than 0",
+    "iperf3_without_servers.yaml": "noise.servers: Field required",
+    "empty_name.yaml": "name: String should have at least 1 character",
+    "zero_timeout.yaml": "target.timeouts.first_token_s: Input should be greater than 0",
+    "prompts_not_mapping.yaml": "prompts: Input should be a valid dictionary",
+}
+
+
+def run_cli(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["kvbench", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_every_bad_file_is_covered():
+    assert {p.name for p in BAD.glob("*.yaml")} == set(EXPECTED)
+    assert len(EXPECTED) >= 20
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(EXPECTED.items()))
+def test_bad_scenario(monkeypatch, capsys, name, expected):
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(BAD / name))
+    assert code == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert 1 <= len(lines) <= 3, lines
+    assert all(line.startswith("kvbench: ") for line in lines)
+    assert any(expected in line for line in lines), lines
+
+
+def test_missing_file_directory_and_huge_file(monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "file not found" in err
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(tmp_path) + "/")
+    assert code == 2 and "is a directory" in err
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("name: x\n" + "# padding\n" * 200_000)
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(huge))
+    assert code == 2 and "limited to" in err
+
+
+def test_verbose_shows_the_traceback(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["kvbench", "--verbose", "validate", str(BAD / "unknown_key.yaml")])
+    from kvbench.errors import ScenarioError
+
+    with pytest.raises(ScenarioError):
+        main()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "ttft", "--lengths", "abc"], "--lengths 'abc'"),
+        (["run", "ttft", "--set", "novalue"], "expected KEY=VALUE"),
+        (["run", "ttft", "--concurrency", "-1", "--set", "test=throughput"], "load.concurrency"),
+        (["run", "ttft", "--requests", "lots"], "Invalid value for '--requests'"),
+        (["run", "no-such-scenario"], "no scenario named 'no-such-scenario'"),
+        (["run", "ttft", "--api", "grpc"], "target.api"),
+        (["export", "/nonexistent/run"], "not a kvbench run directory"),
+    ],
+)
+def test_bad_cli_values(monkeypatch, capsys, args, expected):
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2
+    assert "Traceback" not in err
+    assert expected in err + out
