@@ -1,0 +1,219 @@
+"""kvbench audit: the shipped IBM G4 dataset, a planted claims file, bad files, the arithmetic under it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kvbench.errors import UsageError
+from kvbench.report.claims import (
+    audit,
+    cold_reuse_speedup,
+    format_ledger,
+    load_claims,
+    parse_claims,
+    required_shared_fraction,
+)
+from kvbench.report.commands import register
+from kvbench.report.quantities import ExprError, Interval, eval_expr, parse_expr, parse_unit
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "claims"
+
+
+@pytest.fixture(scope="module")
+def ledger():
+    return audit(load_claims())
+
+
+def _claim(ledger, cid):
+    return next(c for c in ledger.claims if c.id == cid)
+
+
+def test_shipped_dataset_flags_the_18_percent(ledger):
+    c = _claim(ledger, "noisy-reduction")
+    assert c.verdict == "discrepancy"
+    assert c.recomputed.mid == pytest.approx(15.49, abs=0.01)
+    texts = " | ".join(f"{r.text} = {r.value:.2f}" for r in c.readings)
+    # the time reading (46.94 -> 55.56 s) and the other base of the percentage both give 18%
+    assert any(
+        "total_cached" in r.text and "total_noisy" in r.text and r.value == pytest.approx(18.36, abs=0.01)
+        for r in c.readings
+    ), texts
+    assert any("other base" in r.text and r.value == pytest.approx(18.33, abs=0.01) for r in c.readings), (
+        texts
+    )
+    assert all(17.5 <= r.value < 18.5 for r in c.readings)
+
+
+@pytest.mark.parametrize(
+    ("cid", "value"),
+    [
+        ("ttft-speedup-130k", 56.39),
+        ("throughput-speedup-rates", 22.42),
+        ("throughput-speedup-totals", 22.33),
+        ("rate-baseline-vs-total", 0.1908),
+        ("rate-cached-vs-total", 4.2608),
+        ("rate-noisy-vs-total", 3.5997),
+        ("ttft-growth-cached", 0.377),
+    ],
+)
+def test_shipped_dataset_consistent_claims(ledger, cid, value):
+    c = _claim(ledger, cid)
+    assert c.verdict == "consistent"
+    assert c.recomputed.mid == pytest.approx(value, abs=0.005)
+
+
+def test_unpublished_figure_is_unverifiable_and_implied(ledger):
+    c = _claim(ledger, "ttft-growth-uncached")
+    assert c.verdict == "unverifiable"
+    fig = next(f for f in ledger.figures if f.id == "ttft_uncached_30k")
+    assert fig.kind == "implied" and fig.implied_by == "ttft-growth-uncached"
+    assert fig.interval.mid == pytest.approx(2.59, abs=1e-6)
+    scaling = next(b for b in ledger.bounds if b["kind"] == "prefill_scaling")
+    assert "implied" in scaling["basis"]
+    assert scaling["linear_prediction_s"] == pytest.approx(32.14 * 30 / 130)
+
+
+def test_kv_size_claim_reads_as_gib(ledger):
+    c = _claim(ledger, "kv-data-total")
+    assert c.verdict == "discrepancy"
+    assert c.recomputed.mid == pytest.approx(884.7, abs=0.1)  # GB, 18 full-attention layers
+    assert any(r.unit == "GiB" and r.value == pytest.approx(823.97, abs=0.01) for r in c.readings)
+    # a reading must never be the stated figure itself
+    assert not any("kv_data_total" in r.figures for r in c.readings)
+
+
+def test_sizing_readings(ledger):
+    sz = ledger.sizing[0]
+    fitting = [r for r in sz["rows"] if r["fits"]]
+    assert len(fitting) == 2
+    assert {r["layers"].split(" ")[0] for r in fitting} == {"18", "all"}
+    assert all("GiB" in r["fits"][0] for r in fitting)
+    assert sz["tokens_per_request"] == pytest.approx(120_000)
+    assert any("EXCEEDS" in n for n in sz["notes"])  # 24M / 100 prompts = 240k > context
+
+
+def test_cold_reuse_bound(ledger):
+    b = next(b for b in ledger.bounds if b["kind"] == "cold_reuse")
+    assert b["max_speedup_no_sharing"] == pytest.approx(2.0)
+    assert b["required_shared_fraction"]["linear"] == pytest.approx(1 - (200 / 22 - 1) / 99)
+    assert 0.91 < b["required_shared_fraction"]["linear"] < 0.92
+    assert 0.95 < b["required_shared_fraction"]["quadratic"] < 0.96
+    assert any("cache hit costs nothing" in a for a in b["assumptions"])
+    f = b["required_shared_fraction"]["linear"]
+    assert cold_reuse_speedup(2, 100, f) == pytest.approx(22.0)
+    assert required_shared_fraction(2, 100, 1.5) == 0.0
+    assert required_shared_fraction(2, 100, 500) is None
+
+
+def test_ledger_text_mentions_everything(ledger):
+    text = format_ledger(ledger)
+    for needle in (
+        "[DISCREPANCY] noisy-reduction",
+        "[CONSISTENT] rate-cached-vs-total",
+        "18.36",
+        "824.0",
+        "91.8%",
+        "ASSUMPTIONS",
+        "UNVERIFIABLE",
+    ):
+        assert needle in text
+
+
+def test_planted_claims_file():
+    led = audit(load_claims(DATA / "planted.yaml"))
+    verdicts = {c.id: c.verdict for c in led.claims}
+    assert verdicts == {"rate-from-time": "consistent", "slowdown": "discrepancy"}
+    slow = _claim(led, "slowdown")
+    assert slow.recomputed.mid == pytest.approx(20.0)
+    assert any("time_fast" in r.text and "time_slow" in r.text for r in slow.readings)
+    # model_size (GiB, another test tag) is never offered as a reading
+    assert not any("model_size" in r.figures for r in slow.readings)
+
+
+def test_bad_claims_file_names_the_path():
+    with pytest.raises(UsageError, match=r"claims\[1\]\.expr: unknown figure 'foo'"):
+        load_claims(DATA / "bad_unknown_figure.yaml")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            {"name": "x", "figures": [{"id": "a", "value": 1, "expr": "2"}]},
+            r"figures\[0\]: a figure needs exactly",
+        ),
+        ({"name": "x", "figures": [{"id": "a", "value": 1, "colour": 2}]}, r"figures\[0\]\.colour"),
+        (
+            {"name": "x", "figures": [{"id": "a", "value": 1}, {"id": "a", "value": 2}]},
+            "duplicate figure 'a'",
+        ),
+        (
+            {
+                "name": "x",
+                "figures": [{"id": "a", "value": 1}],
+                "claims": [{"id": "c", "expr": "a.__class__", "stated": 1}],
+            },
+            r"claims\[0\]\.expr: Attribute",
+        ),
+        (
+            {
+                "name": "x",
+                "figures": [{"id": "a", "value": 1}],
+                "claims": [{"id": "c", "expr": "evil(a)", "stated": 1}],
+            },
+            "unknown function 'evil'",
+        ),
+        ({"name": "x", "schema": "other/2", "figures": []}, "unsupported schema"),
+    ],
+)
+def test_schema_errors(doc, message):
+    with pytest.raises(UsageError, match=message):
+        parse_claims(doc, source="t.yaml")
+
+
+def test_interval_and_units():
+    a = Interval.printed(3.6, 1)
+    assert (a.lo, a.hi) == pytest.approx((3.55, 3.65))
+    assert Interval.printed(24e6, -6).lo == pytest.approx(23.5e6)
+    r = Interval.printed(4.26, 2) / a
+    assert r.lo < 4.26 / 3.6 < r.hi
+    assert parse_unit("GiB").factor == 2**30
+    assert parse_unit("req/s").dims == (("requests", 1), ("time", -1))
+    assert parse_unit("B/token").dims == parse_unit("GB/tokens").dims
+    tree = parse_expr("percent_drop(x, y)", ["x", "y"])
+    v = eval_expr(tree, {"x": Interval.exact(4.26), "y": Interval.exact(3.6)})
+    assert v.mid == pytest.approx(1 - 3.6 / 4.26)
+    with pytest.raises(ExprError):
+        parse_expr("__import__('os')", ["x"])
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def test_cli_audit_exit_codes(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(_app(), ["audit"])
+    assert res.exit_code == 0, res.output
+    assert "noisy-reduction" in res.output
+    res = runner.invoke(_app(), ["audit", "--strict"])
+    assert res.exit_code == 1
+    res = runner.invoke(_app(), ["audit", "--json"])
+    data = json.loads(res.output)
+    assert data["summary"]["discrepancy"] == 2
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "schema: kvbench-claims/1\nname: g\nfigures:\n  - {id: a, value: 2, unit: s}\n"
+        "claims:\n  - {id: c, expr: 'a * 2', stated: 4, unit: s}\n"
+    )
+    assert runner.invoke(_app(), ["audit", str(good), "--strict"]).exit_code == 0
+    res = runner.invoke(_app(), ["audit", str(DATA / "bad_unknown_figure.yaml")])
+    assert isinstance(res.exception, UsageError)
+    assert "--strict" in runner.invoke(_app(), ["audit", "--help"]).output

@@ -1,0 +1,90 @@
+"""kvbench sizing: KV bytes from presets and Hugging Face config.json files."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kvbench.errors import UsageError
+from kvbench.kv_geometry import GPT_OSS_120B
+from kvbench.report.commands import register
+from kvbench.report.sizing import (
+    geometry_from_config,
+    parse_size,
+    parse_tokens,
+    resolve_geometry,
+    sizing_table,
+)
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
+
+
+def test_config_json_matches_preset():
+    geo = resolve_geometry(CONFIGS / "gpt-oss-120b", kv_dtype="fp16")
+    ref = dataclasses.replace(GPT_OSS_120B, name=geo.name)
+    assert geo == ref
+    assert geo.bytes_per_token() == 36_864
+    assert geo.bytes_per_token(sliding_at_full=True) == 73_728
+
+
+def test_config_dtype_and_pattern():
+    bf16 = resolve_geometry(CONFIGS / "gpt-oss-120b" / "config.json")
+    assert bf16.kv_dtype_bytes == 2.0
+    gemma = resolve_geometry(CONFIGS / "tiny-gemma")
+    assert gemma.head_dim == 128  # hidden_size / num_attention_heads
+    assert gemma.kv_dtype_bytes == 4.0  # float32
+    assert (gemma.num_sliding_layers, gemma.num_full_layers) == (10, 2)
+    assert resolve_geometry(CONFIGS / "tiny-gemma", kv_dtype="fp8").kv_dtype_bytes == 1.0
+
+
+def test_config_errors():
+    with pytest.raises(UsageError, match="num_hidden_layers"):
+        geometry_from_config({"num_attention_heads": 8}, "x")
+    with pytest.raises(UsageError, match="neither a preset"):
+        resolve_geometry("no-such-model")
+    with pytest.raises(UsageError, match="kv-dtype"):
+        resolve_geometry("gpt-oss-120b", kv_dtype="fp4x")
+    with pytest.raises(UsageError, match="layer_types"):
+        geometry_from_config(
+            {
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "head_dim": 4,
+                "layer_types": ["full_attention"],
+            }
+        )
+
+
+def test_sizing_table_working_set():
+    t = sizing_table(GPT_OSS_120B, tokens=24_000_000, capacities={"G4": parse_size("825GiB")})
+    ws = t["working_set"]
+    assert ws["bytes"]["full_layers_only"] / 2**30 == pytest.approx(823.97, abs=0.01)
+    assert ws["tiers"][0]["fits_full_layers_only"] is True
+    assert ws["tiers"][0]["fits_sliding_at_full_size"] is False
+    p130 = next(p for p in t["prompts"] if p["tokens"] == 130_000)
+    assert p130["bytes_window"] == GPT_OSS_120B.kv_bytes(130_000)
+
+
+def test_parsers():
+    assert parse_tokens("24M") == 24_000_000
+    assert parse_tokens("130k") == 130_000
+    assert parse_size("1.5TiB") == 1.5 * 2**40
+    with pytest.raises(UsageError):
+        parse_size("lots")
+
+
+def test_cli_sizing():
+    app = typer.Typer()
+    register(app)
+    res = CliRunner().invoke(
+        app, ["sizing", "gpt-oss-120b", "--tokens", "24000000", "--capacity", "G4=825GB"]
+    )
+    assert res.exit_code == 0, res.output
+    for needle in ("36,864 B", "73,728 B", "823.97 GiB", "884.74 GB", "130,000 tokens", "does NOT fit"):
+        assert needle in res.output
+    res = CliRunner().invoke(app, ["sizing", str(CONFIGS / "tiny-gemma"), "--json"])
+    assert res.exit_code == 0 and '"bytes_per_token"' in res.output
