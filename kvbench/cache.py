@@ -55,7 +55,7 @@ ADAPTERS: dict[str, CacheAdapter] = {
     "mock": CacheAdapter(
         "mock",
         "POST",
-        "/reset_prefix_cache",
+        "/reset_prefix_cache?include_persistent=true",  # cold means G4 on disk too
         hit_counters=("vllm:prefix_cache_hits_total",),
         query_counters=("vllm:prefix_cache_queries_total",),
         source_counters=("vllm:prompt_tokens_by_source_total", "kvbench_mock_tier_hit_tokens_total"),
@@ -93,7 +93,15 @@ ADAPTERS: dict[str, CacheAdapter] = {
     "llamacpp": CacheAdapter(
         "llamacpp",
         "POST",
+        # erases one slot's KV (G1); every slot is erased. The RAM prompt cache (--cache-ram, G2)
+        # has no HTTP reset: it only reloads a prompt sharing >= 25% of a cached one, which salted
+        # prompts never do; serve with --cache-ram 0 for an erase that empties everything.
         "/slots/{slot}?action=erase",
+        # llama-server --metrics (checked against the real server): prompt_tokens_cached_total sums
+        # the per-request cached tokens; prompt_tokens_total counts only the tokens it COMPUTED, so
+        # there is no queried-tokens counter (queried = cached + computed).
+        hit_counters=("llamacpp:prompt_tokens_cached_total",),
+        source_counters=("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"),
         extra_body={"cache_prompt": True},
     ),
     "generic": CacheAdapter("generic"),

@@ -215,8 +215,16 @@ def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: b
         runner_factory: Any = uvloop.new_event_loop
     except ModuleNotFoundError:
         runner_factory = None
-    with asyncio.Runner(loop_factory=runner_factory) as runner:
-        outcome = runner.run(run_scenario(scn, opts))
+    try:
+        with asyncio.Runner(loop_factory=runner_factory) as runner:
+            outcome = runner.run(run_scenario(scn, opts))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if opts.run_dir is not None:
+            print(f"kvbench: interrupted; finished requests are in {opts.run_dir}", file=sys.stderr)
+            print(f"kvbench: `kvbench report {opts.run_dir}` still works on it", file=sys.stderr)
+        else:
+            print("kvbench: interrupted", file=sys.stderr)
+        return 130
     for line in outcome.summary_lines:
         print(line)
     if report:

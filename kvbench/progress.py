@@ -73,8 +73,8 @@ class Progress:
         self.done += 1
         if not ok:
             self.errors += 1
-        if self.quiet:
-            return
+        if self.quiet or not self.total:
+            return  # requests outside a phase (probes) are not progress
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         stats = f"{self.done / elapsed:.2f} req/s  in flight {self.in_flight}  errors {self.errors}"
         if self._rich is not None:
@@ -84,6 +84,7 @@ class Progress:
             self.log(f"[{self.phase}] {self.done}/{self.total}  {stats}  elapsed {elapsed:.1f}s")
 
     def end_phase(self) -> None:
+        self.total = 0
         if self._rich is not None:
             self._rich.stop()
             self._rich = None

@@ -49,6 +49,7 @@ class RunOptions:
     report: bool = True
     mock_persist_dir: Path | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    run_dir: Path | None = None  # filled in as soon as the run directory exists
 
 
 @dataclass
@@ -584,6 +585,7 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
         base_url = scn.target.base_url
         if base_url is None:
             run_id, run_path = new_run_dir(opts.output_dir, scn.name)
+            opts.run_dir = run_path
             needs_fabric = scn.noisy.enabled and scn.noise.kind == "tcp" and not scn.noise.targets
             persist = opts.mock_persist_dir or (run_path / "mock-g4" if scn.between_phases.command else None)
             mock = await stack.enter_async_context(
@@ -611,6 +613,7 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             )
         if run_path is None or run_id is None:
             run_id, run_path = new_run_dir(opts.output_dir, scn.name)
+        opts.run_dir = run_path
         target = TargetInfo(
             kind="mock" if mock else "server",
             base_url=base_url,

@@ -1,0 +1,172 @@
+"""Pydantic models of mock profiles and fault settings (strict: extra="forbid", frozen).
+
+A profile is YAML data in kvbench/mock/profiles/ (see kvbench.mock.profiles). Two kinds,
+told apart by `kind`:
+
+* ``tiered``: a modelled GPU plus KV-cache tiers G1..G4 and a network fabric in front of
+  G4. Costs come from physical parameters (timing.py); coefficients left null are fitted
+  from the profile's ``calibration`` points (timing.derive_params).
+* ``fixed-delay``: TTFT is a constant, no cache effects; for benchmarking the harness.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvbench.kv_geometry import PRESETS
+
+TIER_NAMES = ("G1", "G2", "G3", "G4")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TierConfig(StrictModel):
+    enabled: bool = Field(
+        description="Whether the tier CACHES KV blocks. G2 (host memory) still stages G3/G4 reads to the "
+        "GPU when its caching is off, as in the published G4 test."
+    )
+    capacity_bytes: float = Field(gt=0, description="Modelled capacity; LRU eviction beyond it.")
+    read_bandwidth_bytes_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Bandwidth ONE transfer reaches alone (bytes per model second). For G2 this is the "
+        "host->GPU copy (PCIe). null: fitted from calibration.cached (G4 only).",
+    )
+    aggregate_bandwidth_bytes_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Total bandwidth shared by concurrent transfers (processor sharing, each of k "
+        "transfers gets min(read_bandwidth, aggregate/k)). null: same as read_bandwidth, i.e. k "
+        "simultaneous transfers each take k times as long.",
+    )
+    latency_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Fixed cost per access (one access per request and tier). null: fitted (G4 only).",
+    )
+
+
+class TiersConfig(StrictModel):
+    G1: TierConfig = Field(description="GPU memory (HBM). A hit costs nothing to onboard.")
+    G2: TierConfig = Field(description="Host DRAM; its bandwidth is the host->GPU copy.")
+    G3: TierConfig = Field(description="Local NVMe; read into host memory, then copied to the GPU.")
+    G4: TierConfig = Field(description="Shared storage over the network fabric, then host, then GPU.")
+
+    def by_name(self, name: str) -> TierConfig:
+        tier: TierConfig = getattr(self, name)
+        return tier
+
+
+class GpuConfig(StrictModel):
+    prefill_linear_s_per_token: float | None = Field(
+        default=None, ge=0, description="a in prefill = a*(n-c) + b*(n^2-c^2)/2; null: fitted."
+    )
+    prefill_quadratic_s_per_token2: float | None = Field(
+        default=None, ge=0, description="b (attention) in the prefill formula; null: fitted."
+    )
+    decode_step_base_s: float = Field(
+        ge=0, description="Time of one decode step of a batch, reading the weights (model seconds)."
+    )
+    hbm_bandwidth_bytes_per_s: float = Field(
+        gt=0, description="GPU memory bandwidth: each step also reads every batched sequence's KV."
+    )
+    max_num_seqs: int = Field(default=256, ge=1, description="Requests admitted at once; the rest queue.")
+
+
+class FabricConfig(StrictModel):
+    capacity_bytes_per_s: float = Field(
+        gt=0, description="Network capacity in front of G4, shared by G4 reads and measured noise."
+    )
+    floor_fraction: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Share of the capacity G4 reads keep however much noise arrives (flows are not "
+        "starved under fair queueing).",
+    )
+    noise_scale: float = Field(
+        default=1000.0,
+        gt=0,
+        description="fabric_noise_scale: modelled bytes per real byte received on the fabric sink port "
+        "(loopback cannot carry 200 GB/s).",
+    )
+
+
+class CalibrationPoint(StrictModel):
+    tokens: int = Field(gt=0, description="Prompt length in tokens.")
+    ttft_s: float = Field(gt=0, description="Published time to first token, seconds.")
+    note: str = Field(default="", description="Where the number comes from.")
+
+
+class Calibration(StrictModel):
+    source: str = Field(description="Publication the points come from.")
+    uncached: list[CalibrationPoint] = Field(
+        min_length=2, max_length=2, description="Two cold TTFT points: fit prefill a and b."
+    )
+    cached: list[CalibrationPoint] = Field(
+        min_length=2, max_length=2, description="Two warm (G4) TTFT points: fit G4 latency and bandwidth."
+    )
+
+
+class TieredProfile(StrictModel):
+    kind: Literal["tiered"] = "tiered"
+    name: str = Field(description="Profile name.")
+    description: str = Field(description="One line.")
+    model_name: str = Field(description="Served model id (/v1/models) and the metrics' model_name label.")
+    geometry: str = Field(description="A kvbench.kv_geometry preset name.")
+    sliding_at_full: bool = Field(
+        description="Whether sliding-window layers store KV for every token (true) or only the window."
+    )
+    block_tokens: int = Field(ge=1, description="Prefix-cache block size in tokens.")
+    time_scale: float = Field(
+        default=1.0, gt=0, description="Real seconds per model second: every modelled duration is multiplied."
+    )
+    onboard_chunk_tokens: int = Field(
+        default=256, ge=1, description="Host->GPU copy chunk: the pipeline tail after a G3/G4 read."
+    )
+    reset_clears_persistent: bool = Field(
+        default=False, description="Whether /reset_prefix_cache also empties a persisted G4."
+    )
+    max_model_len: int | None = Field(default=None, ge=1, description="Default: the geometry's context.")
+    gpu: GpuConfig
+    tiers: TiersConfig
+    fabric: FabricConfig
+    calibration: Calibration | None = Field(default=None, description="Published points the fit uses.")
+
+    @property
+    def fabric_noise_scale(self) -> float:
+        return self.fabric.noise_scale
+
+    @model_validator(mode="after")
+    def _check(self) -> TieredProfile:
+        if self.geometry not in PRESETS:
+            raise ValueError(f"geometry: unknown {self.geometry!r} (known: {', '.join(sorted(PRESETS))})")
+        if self.calibration is None:
+            if self.gpu.prefill_linear_s_per_token is None or self.gpu.prefill_quadratic_s_per_token2 is None:
+                raise ValueError("gpu: prefill coefficients are null but there is no calibration to fit them")
+            if self.tiers.G4.read_bandwidth_bytes_per_s is None or self.tiers.G4.latency_s is None:
+                raise ValueError(
+                    "tiers.G4: bandwidth/latency are null but there is no calibration to fit them"
+                )
+        for name in ("G1", "G2", "G3"):
+            t = self.tiers.by_name(name)
+            if t.read_bandwidth_bytes_per_s is None or t.latency_s is None:
+                raise ValueError(f"tiers.{name}: read_bandwidth_bytes_per_s and latency_s are required")
+        return self
+
+
+class FixedDelayProfile(StrictModel):
+    kind: Literal["fixed-delay"] = "fixed-delay"
+    name: str = Field(description="Profile name.")
+    description: str = Field(description="One line.")
+    model_name: str = Field(description="Served model id.")
+    ttft_ms: float = Field(default=50.0, ge=0, description="Time to first token, from request receipt.")
+    decode_ms_per_token: float = Field(default=1.0, ge=0, description="Gap between output tokens.")
+    max_model_len: int = Field(default=131_072, ge=1, description="Longest prompt plus output accepted.")
+
+
+Profile = Annotated[TieredProfile | FixedDelayProfile, Field(discriminator="kind")]

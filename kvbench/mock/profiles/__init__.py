@@ -1,0 +1,82 @@
+"""Mock profiles: YAML data files next to this module, validated into pydantic models.
+
+A profile file may say ``extends: OTHER`` to start from another profile and override
+fields (dicts merge recursively, other values replace).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from kvbench.errors import UsageError
+from kvbench.mock.config import Profile
+
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(Profile)
+
+
+def _files() -> dict[str, Any]:
+    root = resources.files(__name__)
+    return {p.name[: -len(".yaml")]: p for p in root.iterdir() if p.name.endswith(".yaml")}
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _raw(name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    files = _files()
+    if name not in files:
+        raise UsageError(f"--profile: unknown profile {name!r} (known: {', '.join(sorted(files))})")
+    if name in seen:
+        raise UsageError(f"profile {name!r}: 'extends' loops")
+    data = yaml.safe_load(files[name].read_text(encoding="utf-8")) or {}
+    base = data.pop("extends", None)
+    if base is not None:
+        data = _merge(_raw(str(base), (*seen, name)), data)
+    data["name"] = name
+    return dict(data)
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for p in parts[:-1]:
+        child = node.get(p)
+        if not isinstance(child, dict):
+            raise UsageError(f"--set {key}: {p!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def validate_profile(data: dict[str, Any], source: str = "profile") -> Any:
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("tiered", "fixed-delay")))
+            problems.append(f"{source}: {loc + ': ' if loc else ''}{err['msg']}")
+        raise UsageError("; ".join(problems)) from None
+
+
+def load_profile(name: str, overrides: dict[str, Any] | None = None) -> Any:
+    """The profile `name` as a pydantic model (TieredProfile or FixedDelayProfile).
+
+    `overrides` maps dotted keys to values, e.g. {"time_scale": 0.01, "tiers.G4.enabled": False}.
+    """
+    data = _raw(name)
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    return validate_profile(data, f"profile {name}")
+
+
+def list_profiles() -> list[tuple[str, str]]:
+    """(name, one-line description) of every shipped profile, sorted by name."""
+    return [(name, str(_raw(name).get("description", ""))) for name in sorted(_files())]

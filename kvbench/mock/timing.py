@@ -1,0 +1,495 @@
+"""The mock's timing model. Pure: no I/O, no clock, no asyncio; the server only waits
+for what these functions say (times the profile's ``time_scale``).
+
+Prefill (one request alone on the GPU)
+    Computing token i of a sequence costs a linear part (projections, MLP: ``a``) plus
+    attention over the i tokens before it (``b * i``). With a cached prefix of c tokens
+    and n tokens in all, the GPU computes tokens c..n-1:
+        prefill(n, c) = sum_{i=c}^{n-1} (a + b*i) ~= a*(n - c) + b*(n^2 - c^2)/2
+    TTFT of a cold request is prefill(n, 0) (it includes producing the first token).
+    Fit: two published cold points (n1, T1), (n2, T2) give two linear equations in a, b.
+
+Onboarding (a cached prefix that is not in GPU memory)
+    A hit in G3/G4 is read into host memory, then copied to the GPU in chunks; a G2 hit is
+    only copied. The stages run as a pipeline, so
+        onboard = max over stages (latency_s + bytes / rate) + one chunk / host->GPU bandwidth
+    where a stage's rate is its share of the tier (processor sharing with a per-transfer
+    cap: each of k concurrent transfers gets min(read_bandwidth, aggregate / k)), and for
+    G4 the aggregate is min(storage aggregate, fabric capacity - measured noise, with a
+    floor of floor_fraction * capacity). Bytes of tokens s..e of a prefix are
+    ``kv_bytes(e) - kv_bytes(s)`` of the profile's KVGeometry (sliding_at_full as set).
+    Fit: with G4 reads the slowest stage, the two published warm points give
+        warm(n) - prefill(n, c) - tail = L4 + kv_bytes(c) / BW4
+    two linear equations in L4 and 1/BW4, where c = floor((n-1)/block)*block is the
+    cached prefix (the last token is always computed, as in vLLM).
+
+Decode
+    One step serves every decoding request at once (continuous batching):
+        step = decode_step_base_s + sum(kv_bytes(context_i)) / hbm_bandwidth
+    i.e. reading the weights once plus each sequence's KV (memory bound).
+
+Sharing the GPU
+    Prefills and decode steps are jobs on ONE processor-sharing resource (capacity one GPU
+    second per second): k concurrent jobs each progress at 1/k. So throughput under many
+    connections falls out of the model; there is no throughput knob. Requests beyond
+    ``max_num_seqs`` wait for admission (queue time).
+
+Cache writes (newly computed blocks written through to enabled lower tiers) are
+asynchronous and cost the request no time; they use no read bandwidth (links are full
+duplex and offload runs off the request path).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvbench.kv_geometry import PRESETS, KVGeometry
+from kvbench.mock.config import TIER_NAMES, Calibration, TieredProfile
+
+
+def prefill_seconds(n: int, c: int, a: float, b: float) -> float:
+    """GPU seconds to prefill tokens c..n-1 of an n-token prompt (see module docstring)."""
+    c = max(0, min(c, n))
+    return a * (n - c) + b * (float(n) * n - float(c) * c) / 2.0
+
+
+def fit_prefill(p1: tuple[int, float], p2: tuple[int, float]) -> tuple[float, float]:
+    """(a, b) with prefill_seconds(n, 0, a, b) == T at both points (n, T)."""
+    (n1, t1), (n2, t2) = p1, p2
+    # a*n + b*n^2/2 = t
+    det = n1 * (n2 * n2 / 2.0) - n2 * (n1 * n1 / 2.0)
+    if det == 0:
+        raise ValueError("calibration: the two uncached points must have different lengths")
+    a = (t1 * (n2 * n2 / 2.0) - t2 * (n1 * n1 / 2.0)) / det
+    b = (n1 * t2 - n2 * t1) / det
+    if a < 0 or b < 0:
+        raise ValueError(f"calibration: uncached points give negative coefficients (a={a}, b={b})")
+    return a, b
+
+
+# ----------------------------------------------------------------------------- shared resources
+
+
+class SharedResource:
+    """Processor sharing with a per-job cap, on whatever clock the caller passes in.
+
+    Each of the k jobs in progress advances at min(per_job_cap, capacity / k) units per time
+    unit; whenever a job joins or leaves, or the capacity changes, the rates change and the
+    caller asks next_finish() again (event-driven).
+    """
+
+    def __init__(self, capacity: float, per_job_cap: float | None = None) -> None:
+        self.capacity = capacity
+        self.per_job_cap = per_job_cap
+        self._remaining: dict[int, float] = {}
+        self._t = 0.0
+
+    def __len__(self) -> int:
+        return len(self._remaining)
+
+    def rate(self) -> float:
+        k = len(self._remaining)
+        if k == 0:
+            return 0.0
+        r = self.capacity / k
+        return min(r, self.per_job_cap) if self.per_job_cap is not None else r
+
+    def advance(self, now: float) -> None:
+        dt = now - self._t
+        if dt > 0 and self._remaining:
+            done = self.rate() * dt
+            for job in self._remaining:
+                self._remaining[job] -= done
+        self._t = max(self._t, now)
+
+    def add(self, now: float, job: int, work: float) -> None:
+        self.advance(now)
+        self._remaining[job] = work
+
+    def remove(self, now: float, job: int) -> float:
+        self.advance(now)
+        return self._remaining.pop(job, 0.0)
+
+    def set_capacity(self, now: float, capacity: float) -> None:
+        self.advance(now)
+        self.capacity = capacity
+
+    def next_finish(self) -> float | None:
+        """When the first job in progress finishes if nothing changes; None when idle."""
+        if not self._remaining:
+            return None
+        r = self.rate()
+        if r <= 0:
+            return None
+        return self._t + max(0.0, min(self._remaining.values())) / r
+
+    def pop_finished(self, now: float, tolerance: float = 1e-9) -> list[int]:
+        """Advance to `now` and take out the jobs with at most `tolerance` time units left."""
+        self.advance(now)
+        r = self.rate()
+        if r <= 0:
+            return []
+        done = [j for j, rem in self._remaining.items() if rem <= r * tolerance]
+        for j in done:
+            del self._remaining[j]
+        return done
+
+
+def processor_sharing_finish_times(
+    jobs: Sequence[tuple[float, float]], capacity: float, per_job_cap: float | None = None
+) -> list[float]:
+    """Finish time of each (arrival, work) job on one SharedResource. Pure; for tests and sizing."""
+    res = SharedResource(capacity, per_job_cap)
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0])
+    finish = [0.0] * len(jobs)
+    k = 0
+    now = 0.0
+    while k < len(order) or len(res):
+        nxt = res.next_finish()
+        arrival = jobs[order[k]][0] if k < len(order) else None
+        if arrival is not None and (nxt is None or arrival <= nxt):
+            now = arrival
+            res.add(now, order[k], jobs[order[k]][1])
+            k += 1
+        else:
+            assert nxt is not None
+            now = nxt
+            for j in res.pop_finished(now):
+                finish[j] = now
+    return finish
+
+
+# ----------------------------------------------------------------------------- resolved parameters
+
+
+@dataclass(frozen=True)
+class TierParams:
+    name: str
+    enabled: bool
+    capacity_bytes: float
+    read_bandwidth: float  # bytes per model second, one transfer alone
+    aggregate_bandwidth: float  # shared by concurrent transfers
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """A tiered profile with every coefficient resolved (fitted where the YAML says null)."""
+
+    geometry: KVGeometry
+    sliding_at_full: bool
+    block_tokens: int
+    prefill_a: float
+    prefill_b: float
+    decode_base_s: float
+    hbm_bandwidth: float
+    tiers: tuple[TierParams, ...]  # G1..G4
+    fabric_capacity: float
+    fabric_floor_fraction: float
+    noise_scale: float
+    time_scale: float
+    onboard_chunk_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+
+    def tier(self, name: str) -> TierParams:
+        return self.tiers[TIER_NAMES.index(name)]
+
+    # --- sizes
+    def kv_bytes(self, tokens: int) -> float:
+        return self.geometry.kv_bytes(tokens, self.sliding_at_full) if tokens > 0 else 0.0
+
+    def range_bytes(self, start: int, end: int) -> float:
+        return self.kv_bytes(end) - self.kv_bytes(start)
+
+    @property
+    def block_bytes(self) -> float:
+        """Bytes one cached block occupies in a tier (marginal bytes per token x block)."""
+        return self.geometry.bytes_per_token(self.sliding_at_full) * self.block_tokens
+
+    def capacity_blocks(self, name: str) -> int:
+        return int(self.tier(name).capacity_bytes // self.block_bytes)
+
+    def cacheable_tokens(self, n: int) -> int:
+        """Longest prefix of an n-token prompt that can come from cache (whole blocks, < n)."""
+        return max(0, (n - 1) // self.block_tokens) * self.block_tokens
+
+    # --- times (model seconds)
+    def prefill_s(self, n: int, c: int) -> float:
+        return prefill_seconds(n, c, self.prefill_a, self.prefill_b)
+
+    def decode_step_s(self, contexts: Iterable[int]) -> float:
+        return self.decode_base_s + sum(self.kv_bytes(c) for c in contexts) / self.hbm_bandwidth
+
+    def fabric_available(self, noise_bytes_per_s: float) -> float:
+        c = self.fabric_capacity
+        return max(self.fabric_floor_fraction * c, c - noise_bytes_per_s)
+
+    def transfer_rate(self, name: str, concurrent: int = 1, noise_bytes_per_s: float = 0.0) -> float:
+        """Bytes per model second each of `concurrent` transfers from tier `name` gets."""
+        t = self.tier(name)
+        aggregate = t.aggregate_bandwidth
+        if name == "G4":
+            aggregate = min(aggregate, self.fabric_available(noise_bytes_per_s))
+        return min(t.read_bandwidth, aggregate / max(1, concurrent))
+
+    def chunk_tail_s(self, cached_tokens: int) -> float:
+        chunk = min(self.onboard_chunk_tokens, cached_tokens)
+        return self.range_bytes(0, chunk) / self.tier("G2").read_bandwidth if chunk > 0 else 0.0
+
+    def onboard_s(
+        self, bytes_by_tier: dict[str, float], concurrent: int = 1, noise_bytes_per_s: float = 0.0
+    ) -> float:
+        """Onboarding time with `concurrent` identical transfers on every link (see docstring)."""
+        stages = []
+        h2d = bytes_by_tier.get("G2", 0.0)
+        for name in ("G3", "G4"):
+            nbytes = bytes_by_tier.get(name, 0.0)
+            if nbytes > 0:
+                rate = self.transfer_rate(name, concurrent, noise_bytes_per_s)
+                stages.append(self.tier(name).latency_s + nbytes / rate)
+                h2d += nbytes
+        if h2d <= 0:
+            return 0.0
+        stages.append(self.tier("G2").latency_s + h2d / self.transfer_rate("G2", concurrent))
+        lower = sum(bytes_by_tier.get(n, 0.0) for n in ("G3", "G4")) > 0
+        tail = self.chunk_tail_s(self.onboard_chunk_tokens) if lower else 0.0
+        return max(stages) + tail
+
+    def cold_ttft_s(self, n: int) -> float:
+        return self.prefill_s(n, 0)
+
+    def warm_ttft_s(self, n: int, tier: str = "G4", noise_bytes_per_s: float = 0.0) -> float:
+        """TTFT of an n-token prompt alone whose cacheable prefix sits in `tier`."""
+        c = self.cacheable_tokens(n)
+        onboard = 0.0 if tier == "G1" else self.onboard_s({tier: self.kv_bytes(c)}, 1, noise_bytes_per_s)
+        return onboard + self.prefill_s(n, c)
+
+
+def fit_g4(cal: Calibration, a: float, b: float, partial: ModelParams) -> tuple[float, float]:
+    """(latency_s, read_bandwidth) of G4 that reproduce the two cached points (see docstring)."""
+    rows = []
+    for p in cal.cached:
+        c = partial.cacheable_tokens(p.tokens)
+        rest = (
+            p.ttft_s - prefill_seconds(p.tokens, c, a, b) - partial.chunk_tail_s(partial.onboard_chunk_tokens)
+        )
+        rows.append((partial.kv_bytes(c), rest))
+    (x1, y1), (x2, y2) = rows
+    if x1 == x2:
+        raise ValueError("calibration: the two cached points must have different lengths")
+    inv_bw = (y2 - y1) / (x2 - x1)
+    latency = y1 - inv_bw * x1
+    if inv_bw <= 0 or latency < 0:
+        raise ValueError(f"calibration: cached points give latency {latency} s, 1/bandwidth {inv_bw}")
+    return latency, 1.0 / inv_bw
+
+
+def derive_params(profile: TieredProfile) -> ModelParams:
+    """Resolve a tiered profile: fit what the YAML leaves null from its calibration points."""
+    geometry = PRESETS[profile.geometry]
+    cal = profile.calibration
+    a, b = profile.gpu.prefill_linear_s_per_token, profile.gpu.prefill_quadratic_s_per_token2
+    if a is None or b is None:
+        assert cal is not None  # the profile validator guarantees it
+        pts = [(p.tokens, p.ttft_s) for p in cal.uncached]
+        a, b = fit_prefill(pts[0], pts[1])
+    tiers = []
+    for name in TIER_NAMES:
+        t = profile.tiers.by_name(name)
+        bw = t.read_bandwidth_bytes_per_s or 1.0  # G4 placeholder until fitted below
+        tiers.append(
+            TierParams(
+                name=name,
+                enabled=t.enabled,
+                capacity_bytes=t.capacity_bytes,
+                read_bandwidth=bw,
+                aggregate_bandwidth=t.aggregate_bandwidth_bytes_per_s or bw,
+                latency_s=t.latency_s or 0.0,
+            )
+        )
+    params = ModelParams(
+        geometry=geometry,
+        sliding_at_full=profile.sliding_at_full,
+        block_tokens=profile.block_tokens,
+        prefill_a=a,
+        prefill_b=b,
+        decode_base_s=profile.gpu.decode_step_base_s,
+        hbm_bandwidth=profile.gpu.hbm_bandwidth_bytes_per_s,
+        tiers=tuple(tiers),
+        fabric_capacity=profile.fabric.capacity_bytes_per_s,
+        fabric_floor_fraction=profile.fabric.floor_fraction,
+        noise_scale=profile.fabric.noise_scale,
+        time_scale=profile.time_scale,
+        onboard_chunk_tokens=profile.onboard_chunk_tokens,
+        max_num_seqs=profile.gpu.max_num_seqs,
+        max_model_len=profile.max_model_len or geometry.context_length or 131_072,
+    )
+    g4 = profile.tiers.G4
+    if g4.latency_s is None or g4.read_bandwidth_bytes_per_s is None:
+        assert cal is not None
+        latency, bw = fit_g4(cal, a, b, params)
+        if g4.latency_s is not None:
+            raise ValueError("tiers.G4: give both latency_s and read_bandwidth_bytes_per_s, or neither")
+        fitted = TierParams(
+            name="G4",
+            enabled=g4.enabled,
+            capacity_bytes=g4.capacity_bytes,
+            read_bandwidth=bw,
+            aggregate_bandwidth=g4.aggregate_bandwidth_bytes_per_s or bw,
+            latency_s=latency,
+        )
+        params = _replace_tier(params, fitted)
+        # The fit assumed one G4 read alone runs at its own bandwidth and is the slowest stage.
+        for p in cal.cached:
+            c = params.cacheable_tokens(p.tokens)
+            g4_stage = latency + params.kv_bytes(c) / params.transfer_rate("G4")
+            h2d_stage = params.tier("G2").latency_s + params.kv_bytes(c) / params.transfer_rate("G2")
+            if params.transfer_rate("G4") < bw * (1 - 1e-9) or h2d_stage > g4_stage:
+                raise ValueError("calibration: fitted G4 read is not the bottleneck; the fit does not apply")
+    return params
+
+
+def _replace_tier(params: ModelParams, tier: TierParams) -> ModelParams:
+    from dataclasses import replace
+
+    tiers = tuple(tier if t.name == tier.name else t for t in params.tiers)
+    return replace(params, tiers=tiers)
+
+
+# ----------------------------------------------------------------------------- throughput prediction
+
+
+@dataclass(frozen=True)
+class ThroughputPrediction:
+    requests: int
+    total_s: float
+    requests_per_s: float
+    mean_ttft_s: float
+
+
+def predict_closed_loop(
+    params: ModelParams,
+    *,
+    requests: int = 200,
+    connections: int = 28,
+    prompts: int = 100,
+    prompt_tokens: int = 120_000,
+    output_tokens: int = 16,
+    use_cache: bool = True,
+    noise_bytes_per_s: float = 0.0,
+    warm_start: bool = False,
+) -> ThroughputPrediction:
+    """Virtual-time simulation of a closed-loop run (model seconds, no sleeping).
+
+    Request i uses prompt i mod `prompts` (first pass cold, second pass warm; with
+    `warm_start` G4 already holds every prompt, as after a fill phase). Each
+    request: G4 onboard of its cached prefix (if any; shared G4/fabric and host->GPU links,
+    processor sharing with the fabric noise), then prefill on the shared GPU, then decode.
+    Simplifications: a cached prompt's blocks become visible when its prefill ends (as in
+    the server); only G4 caches (`use_cache` False: everything is recomputed); decode is
+    approximated per request as its share of batched steps (a GPU job).
+    """
+    g4 = params.tier("G4")
+    g2 = params.tier("G2")
+    fabric = min(g4.aggregate_bandwidth, params.fabric_available(noise_bytes_per_s))
+    res = {
+        "gpu": SharedResource(1.0, 1.0),
+        "G4": SharedResource(fabric, g4.read_bandwidth),
+        "G2": SharedResource(g2.aggregate_bandwidth, g2.read_bandwidth),
+    }
+    cached: set[int] = set(range(prompts)) if warm_start else set()
+    n = prompt_tokens
+    c_max = params.cacheable_tokens(n)
+    events: list[tuple[float, int, int, str]] = []  # (time, seq, request, what)
+    seq = 0
+    # per request state machine: stages "onboard" (2 parallel transfers) -> "prefill" -> "decode"
+    pending_parts: dict[int, int] = {}
+    ttft: dict[int, float] = {}
+    start: dict[int, float] = {}
+    job_owner: dict[tuple[str, int], tuple[int, str]] = {}
+    next_req = 0
+    done = 0
+    now = 0.0
+    job_ids = 0
+
+    def push(t: float, req: int, what: str) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, req, what))
+
+    def use(resource: str, req: int, work: float, what: str) -> None:
+        nonlocal job_ids
+        job_ids += 1
+        res[resource].add(now, job_ids, work)
+        job_owner[(resource, job_ids)] = (req, what)
+
+    def begin(req: int) -> None:
+        start[req] = now
+        prompt = req % prompts
+        if use_cache and g4.enabled and prompt in cached:
+            pending_parts[req] = 2
+            push(now + g4.latency_s, req, "g4_read")
+            push(now + g2.latency_s, req, "h2d_copy")
+        else:
+            use("gpu", req, params.prefill_s(n, 0), "prefilled")
+
+    def handle(req: int, what: str) -> None:
+        nonlocal done, next_req
+        prompt = req % prompts
+        if what == "g4_read":
+            use("G4", req, params.kv_bytes(c_max), "part_done")
+        elif what == "h2d_copy":
+            use("G2", req, params.kv_bytes(c_max), "part_done")
+        elif what == "part_done":
+            pending_parts[req] -= 1
+            if pending_parts[req] == 0:
+                push(now + params.chunk_tail_s(params.onboard_chunk_tokens), req, "onboarded")
+        elif what == "onboarded":
+            use("gpu", req, params.prefill_s(n, c_max), "prefilled")
+        elif what == "prefilled":
+            ttft[req] = now - start[req]
+            if use_cache and g4.enabled:
+                cached.add(prompt)
+            steps = max(0, output_tokens - 1)
+            # This request's share of `steps` batched steps: the weight read split over the
+            # batch plus its own KV read. k decoders sharing the GPU then take steps x a whole
+            # batch step, as in the server's decode loop.
+            share = (
+                params.decode_base_s / min(connections, requests) + params.kv_bytes(n) / params.hbm_bandwidth
+            )
+            work = steps * share
+            if work > 0:
+                use("gpu", req, work, "finished")
+            else:
+                push(now, req, "finished")
+        elif what == "finished":
+            done += 1
+            if next_req < requests:
+                next_req += 1
+                begin(next_req - 1)
+
+    for _ in range(min(connections, requests)):
+        next_req += 1
+        begin(next_req - 1)
+    while done < requests:
+        candidates: list[tuple[float, str]] = []
+        if events:
+            candidates.append((events[0][0], "event"))
+        for name, r in res.items():
+            t = r.next_finish()
+            if t is not None:
+                candidates.append((t, name))
+        t_next, kind = min(candidates)
+        now = t_next
+        if kind == "event":
+            _, _, req, what = heapq.heappop(events)
+            handle(req, what)
+        else:
+            for job in res[kind].pop_finished(now):
+                req, what = job_owner.pop((kind, job))
+                handle(req, what)
+    mean_ttft = sum(ttft.values()) / len(ttft) if ttft else 0.0
+    return ThroughputPrediction(requests, now, requests / now if now > 0 else 0.0, mean_ttft)

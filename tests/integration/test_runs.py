@@ -1,0 +1,94 @@
+"""kvbench runs end to end against the embedded mock (ci profile), checked against the mock's ground truth."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbench.results import load_run, read_jsonl, read_manifest
+from kvbench.runner import RunOptions, run_scenario
+from kvbench.scenario import load_scenario
+
+pytestmark = pytest.mark.slow
+
+
+async def run(tmp_path: Path, name: str, **overrides):
+    scn, _ = load_scenario(name, overrides)
+    outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
+    return outcome, load_run(outcome.run_dir), read_manifest(outcome.run_dir)
+
+
+def truth(run_dir: Path) -> list[dict]:
+    return read_jsonl(run_dir / "mock_ground_truth.jsonl")
+
+
+async def test_ttft_warm_beats_cold_at_every_length(tmp_path):
+    lengths = [30000, 90000]
+    outcome, df, manifest = await run(tmp_path, "ttft", **{"prompts.lengths": lengths})
+    assert outcome.status == "complete" and outcome.exit_code == 0
+    assert manifest["simulated"] is True and manifest["target"]["kind"] == "mock"
+    assert manifest["cold_start"]["verified"] is True
+    df = df[df.label != "probe"]
+    assert set(df.label) == {"cold", "warm"}
+    for n in lengths:
+        cold = df[(df.prompt_tokens_requested == n) & (df.label == "cold")].iloc[0]
+        warm = df[(df.prompt_tokens_requested == n) & (df.label == "warm")].iloc[0]
+        assert cold.cached_tokens == 0
+        assert warm.cached_tokens >= 0.9 * n
+        assert cold.prompt_tokens_server == n  # token-exact against the mock's tokenizer
+        assert warm.ttft_ms * 2 < cold.ttft_ms
+        assert warm.output_text == cold.output_text
+    steps = manifest["ttft_steps"]
+    assert all(s["verified"] and s["outputs_match"] for s in steps)
+    # the client's TTFT agrees with the server's own first-token time
+    gt = {t["request_id"]: t for t in truth(outcome.run_dir)}
+    origin = manifest["clock_origin_ns"]
+    for row in df.itertuples():
+        server = gt[row.request_id]
+        assert 0 <= row.first_token_ns + origin - server["first_token_ns"] < 100e6
+
+
+async def test_throughput_closed_loop_never_exceeds_concurrency(tmp_path):
+    overrides = {
+        "prompts.count": 12,
+        "prompts.lengths": {"min": 2000, "max": 4000},
+        "load.requests": 24,
+        "load.concurrency": 5,
+        "baseline": True,
+    }
+    outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
+    assert outcome.exit_code == 0
+    measured = df[df.label != "probe"]
+    assert (measured.groupby("phase").size() == 24).all()
+    assert set(measured.phase) == {"baseline", "cached"}
+    assert (measured.status == "ok").all()
+    # from the server's side, not kvbench's own count
+    gt = [t for t in truth(outcome.run_dir) if t["request_id"].split("-")[1] in ("baseline", "cached")]
+    assert len(gt) == 48
+    assert max(t["in_flight_at_receive"] for t in gt) <= 5
+    # the baseline salts every request: nothing can be reused
+    assert (measured[measured.phase == "baseline"].cached_tokens == 0).all()
+    cached = measured[measured.phase == "cached"]
+    assert (cached.cached_tokens > 0).sum() >= 10  # second uses of the 12 prompts hit
+    phases = {p["name"]: p for p in manifest["phases"]}
+    assert phases["cached"]["requests_ok_per_s"] > phases["baseline"]["requests_ok_per_s"]
+    deltas = json.loads((outcome.run_dir / "metrics_deltas.json").read_text())
+    hits = sum(v for k, v in deltas["cached"].items() if k.startswith("vllm:prefix_cache_hits_total"))
+    assert hits == pytest.approx(cached.cached_tokens.sum(), rel=0.01)
+
+
+async def test_persistence_fill_restart_measure_hits_g4(tmp_path):
+    overrides = {
+        "prompts.count": 4,
+        "prompts.lengths": [3000],
+        "load.requests": 4,
+        "load.concurrency": 2,
+        "between_phases.command": "@restart-mock",
+    }
+    outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
+    assert outcome.exit_code == 0
+    after = df[df.phase == "after-restart"]
+    assert len(after) == 4
+    assert (after.cached_tokens >= 0.9 * 3000).all()
+    gt = [t for t in truth(outcome.run_dir) if "after-restart" in t["request_id"]]
+    assert gt and all(t["tokens_from_tier"].get("G4", 0) > 0 for t in gt)

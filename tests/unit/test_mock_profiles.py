@@ -1,0 +1,91 @@
+"""Shipped mock profiles validate; strict models; overrides; fault flags; the CLI."""
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kvbench.errors import UsageError
+from kvbench.mock.config import FixedDelayProfile, TieredProfile
+from kvbench.mock.faults import FaultPlan, parse_fault_flags
+from kvbench.mock.profiles import list_profiles, load_profile, validate_profile
+from kvbench.mock.timing import derive_params
+
+
+def test_every_shipped_profile_validates_and_resolves():
+    names = [n for n, _ in list_profiles()]
+    assert {"ibm-g4", "ci", "laptop", "fixed-delay"} <= set(names)
+    for name, desc in list_profiles():
+        assert desc and "\n" not in desc
+        p = load_profile(name)
+        assert p.name == name
+        if isinstance(p, TieredProfile):
+            derive_params(p)
+        else:
+            assert isinstance(p, FixedDelayProfile)
+
+
+def test_ibm_g4_keeps_calibration_inputs_not_coefficients():
+    p = load_profile("ibm-g4")
+    assert p.gpu.prefill_linear_s_per_token is None and p.tiers.G4.latency_s is None
+    assert p.calibration is not None
+    assert [pt.ttft_s for pt in p.calibration.uncached] == [2.59, 32.14]
+    assert [pt.ttft_s for pt in p.calibration.cached] == [0.193, 0.57]
+    assert not p.tiers.G1.enabled and not p.tiers.G2.enabled and p.tiers.G4.enabled
+
+
+def test_laptop_has_all_tiers_on():
+    p = load_profile("laptop")
+    assert all(p.tiers.by_name(t).enabled for t in ("G1", "G2", "G3", "G4"))
+
+
+def test_unknown_fields_and_profiles_are_rejected():
+    data = load_profile("laptop").model_dump()
+    data["bogus"] = 1
+    with pytest.raises(UsageError, match="bogus"):
+        validate_profile(data)
+    with pytest.raises(UsageError, match="unknown profile 'nope'"):
+        load_profile("nope")
+    with pytest.raises(UsageError):
+        load_profile("ci", {"time_scale": -1})
+
+
+def test_overrides():
+    assert load_profile("fixed-delay", {"ttft_ms": 20}).ttft_ms == 20
+    assert load_profile("ci", {"tiers.G4.enabled": False}).tiers.G4.enabled is False
+
+
+def test_fault_flags():
+    cfg = parse_fault_flags(["error_rate=0.2", "error_status=503", "bad_sse", "every=2"])
+    assert cfg.error_rate == 0.2 and cfg.error_status == 503 and cfg.bad_sse and cfg.every == 2
+    with pytest.raises(UsageError, match=r"--fault: unknown fault 'x' \(known: "):
+        parse_fault_flags(["x=1"])
+    with pytest.raises(UsageError, match="error_status"):
+        parse_fault_flags(["error_status=404"])
+    plan = FaultPlan(parse_fault_flags(["bad_json", "every=3"]))
+    assert [plan.next().stream_faults for _ in range(6)] == [False, False, True, False, False, True]
+    plan = FaultPlan(parse_fault_flags(["error_rate=0.5", "seed=1"]))
+    draws = [plan.next().error_status for _ in range(40)]
+    assert 5 < draws.count(500) < 35
+    plan2 = FaultPlan(parse_fault_flags(["error_rate=0.5", "seed=1"]))
+    assert draws == [plan2.next().error_status for _ in range(40)]
+
+
+def test_cli_profiles_and_bad_fault():
+    from kvbench.mock.commands import register
+
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        pass
+
+    register(app)
+    runner = CliRunner()
+    result = runner.invoke(app, ["mock", "profiles"])
+    assert result.exit_code == 0, result.output
+    assert "ibm-g4" in result.output and "fixed-delay" in result.output
+    result = runner.invoke(app, ["mock", "serve", "--fault", "nope"])
+    assert isinstance(result.exception, UsageError)
+    assert "unknown fault 'nope'" in result.exception.message
+    result = runner.invoke(app, ["mock", "serve", "--help"])
+    assert result.exit_code == 0 and "--fabric-port" in result.output
