@@ -411,7 +411,6 @@ async def run_phase(
     scn = run.scn
     run.progress.start_phase(plan.name, len(items))
     before = await run.phase_boundary(plan.name)
-    started = run.client.now()
     texts = [p.with_salt(salt) for p in prompts] if plan.salt_mode != "request" else None
 
     async def issue(item: WorkItem, scheduled_ns: int) -> None:
@@ -427,18 +426,20 @@ async def run_phase(
             noise_active=plan.noisy,
         )
 
-    noise_summary = None
     async with noise_for(run, plan) as noise:
+        started = run.client.now()  # after the noise is up: its start-up is not phase time
         async with run.scraper.during(plan.name, scn.telemetry.interval_s):
             try:
                 await run_load(scn.load, items, issue)
             finally:
                 run.progress.end_phase()
-        if noise is not None:
-            noise_summary = noise.summary()
+        ended = run.client.now()
+    noise_summary = noise.summary() if noise is not None else None  # final totals, after it stopped
     after = await run.scraper.scrape(plan.name)
     run.end_metrics(plan.name, before, after)
-    entry = _phase_entry(run, plan.name, plan.label, plan.repetition, started, noise=noise_summary)
+    entry = _phase_entry(
+        run, plan.name, plan.label, plan.repetition, started, ended=ended, noise=noise_summary
+    )
     run.rd.manifest["phases"].append(entry)
     run.rd.save_manifest()
     if noise_summary and noise_summary.get("warning"):
@@ -525,8 +526,10 @@ def throughput_table(entries: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _phase_entry(run: Run, name: str, label: str, rep: int, started_ns: int, **extra: Any) -> dict[str, Any]:
-    ended = run.client.now()
+def _phase_entry(
+    run: Run, name: str, label: str, rep: int, started_ns: int, ended: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    ended = run.client.now() if ended is None else ended
     recs = [r for r in run.records if r.phase == name and r.repetition == rep]
     ok = sum(r.ok for r in recs)
     duration = (ended - started_ns) / 1e9
@@ -640,7 +643,7 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
         )
         client = StreamingClient(cfg, session, origin_ns, headers)
         rd = RunDir(run_path, run_id)
-        (run_path / SCENARIO).write_text(scenario_to_yaml(scn), encoding="utf-8")
+        (run_path / SCENARIO).write_text(scenario_to_yaml(scn, redact=True), encoding="utf-8")
         rd.manifest = {
             "kvbench_version": __version__,
             "run_id": run_id,

@@ -440,10 +440,9 @@ def format_validation_error(exc: ValidationError) -> list[str]:
         where = ".".join(loc)
         if msg.startswith(where + ":"):
             msg = msg[len(where) + 1 :].strip()
-        if not where and re.match(r"^[\w.]+: ", msg):
-            line = msg  # a cross-field check names its own field
-        else:
-            line = f"{where or '(top level)'}: {msg}"
+        # a cross-field check names its own field
+        self_named = not where and re.match(r"^[\w.]+: ", msg)
+        line = msg if self_named else f"{where or '(top level)'}: {msg}"
         if line not in lines:
             lines.append(line)
     return lines
@@ -468,5 +467,9 @@ def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) ->
     return validate_scenario(data, str(path)), path
 
 
-def scenario_to_yaml(scenario: Scenario) -> str:
-    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+def scenario_to_yaml(scenario: Scenario, redact: bool = False) -> str:
+    """The resolved scenario as YAML; `redact` hides header values (they may carry credentials)."""
+    data = scenario.model_dump(mode="json")
+    if redact:
+        data["target"]["headers"] = {k: "<redacted>" for k in data["target"]["headers"]}
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
