@@ -593,7 +593,11 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             persist = opts.mock_persist_dir or (run_path / "mock-g4" if scn.between_phases.command else None)
             mock = await stack.enter_async_context(
                 embedded_mock(
-                    scn.target.mock_profile, run_path / "mock_ground_truth.jsonl", needs_fabric, persist
+                    scn.target.mock_profile,
+                    run_path / "mock_ground_truth.jsonl",
+                    needs_fabric,
+                    persist,
+                    scn.target.mock_overrides,
                 )
             )
             base_url = mock.base_url

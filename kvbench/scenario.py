@@ -64,6 +64,10 @@ class Target(Strict):
     mock_profile: str = Field(
         "ci", description="Mock profile used when base_url is absent (see `kvbench mock profiles`)."
     )
+    mock_overrides: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Embedded mock only: profile fields to override, e.g. {time_scale: 0.05}.",
+    )
     max_model_len: int | None = Field(
         None, gt=0, description="Context length, when known; prompts longer than this are rejected up front."
     )

@@ -59,7 +59,11 @@ def request_headers(scn: Scenario, api_key_env: str | None) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def embedded_mock(
-    profile: str, ground_truth: Path | None, fabric: bool, persist_dir: Path | None
+    profile: str,
+    ground_truth: Path | None,
+    fabric: bool,
+    persist_dir: Path | None,
+    overrides: dict[str, Any] | None = None,
 ) -> AsyncIterator[Any]:
     try:
         from kvbench.mock.spawn import spawned_mock
@@ -68,8 +72,15 @@ async def embedded_mock(
             "no --base-url given and kvbench's mock server is not available in this build; "
             "name a server with --base-url http://HOST:PORT"
         ) from None
+    extra: list[str] = []
+    for key, value in (overrides or {}).items():
+        extra += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
     async with spawned_mock(
-        profile=profile, ground_truth=ground_truth, fabric_port=0 if fabric else None, persist_dir=persist_dir
+        profile=profile,
+        ground_truth=ground_truth,
+        fabric_port=0 if fabric else None,
+        persist_dir=persist_dir,
+        extra_args=tuple(extra),
     ) as handle:
         yield handle
 

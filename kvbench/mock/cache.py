@@ -163,13 +163,17 @@ class TieredKVCache:
             if self._log is not None:
                 self._append(new)
 
-    def reset(self, include_persistent: bool) -> None:
-        """Empty every tier; a persisted G4 only when `include_persistent`."""
+    def reset(self, include_persistent: bool, tiers: Sequence[str] | None = None) -> None:
+        """Empty every tier (or only `tiers`, e.g. G1 and G2 to force a lower-tier hit);
+        a persisted G4 only when `include_persistent`."""
         for t in self.tiers:
+            if tiers is not None and t.name not in tiers:
+                continue
             if t.name == "G4" and self.persistent and not include_persistent:
                 continue
             t.clear()
-        if self.persistent and include_persistent and self._persist_dir is not None:
+        clears_g4 = tiers is None or "G4" in tiers
+        if self.persistent and include_persistent and clears_g4 and self._persist_dir is not None:
             assert self._log is not None
             self._log.close()
             self._log = open(self._persist_dir / "g4-index.bin", "wb")  # noqa: SIM115

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,8 +258,8 @@ class TieredEngine:
                 len(t) * self.params.block_bytes
             )
 
-    def reset(self, include_persistent: bool) -> bool:
-        self.cache.reset(include_persistent or self.profile.reset_clears_persistent)
+    def reset(self, include_persistent: bool, tiers: Sequence[str] | None = None) -> bool:
+        self.cache.reset(include_persistent or self.profile.reset_clears_persistent, tiers)
         self.update_tier_gauges()
         return True
 
@@ -357,7 +357,7 @@ class FixedDelayEngine:
     def set_noise_rate(self, modelled_bytes_per_s: float) -> None:
         self.noise_bytes_per_s = modelled_bytes_per_s
 
-    def reset(self, include_persistent: bool) -> bool:
+    def reset(self, include_persistent: bool, tiers: Sequence[str] | None = None) -> bool:
         return True
 
     def close(self) -> None:

@@ -6,7 +6,8 @@ Endpoints
   POST /v1/chat/completions             streaming: a role-only first chunk, then content deltas
   POST /tokenize, /detokenize           vLLM's shapes (tokenizer.py explains the tokenizer)
   GET  /health, /version, /metrics      metrics: Prometheus text (metrics.py)
-  POST /reset_prefix_cache              {"success": true} after emptying every tier; a
+  POST /reset_prefix_cache              {"success": true} after emptying every tier (or
+                                        ?tiers=G1,G2 only those); a
                                         persisted G4 (--persist-dir) only with
                                         ?include_persistent=true or the profile's
                                         reset_clears_persistent
@@ -221,7 +222,13 @@ class MockApp:
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
         include = request.query.get("include_persistent", "false").lower() in ("1", "true", "yes")
-        return web.json_response({"success": self.engine.reset(include)})
+        tiers = None
+        if "tiers" in request.query:  # e.g. ?tiers=G1,G2: evict the fast tiers only
+            tiers = [t.strip().upper() for t in request.query["tiers"].split(",") if t.strip()]
+            unknown = sorted(set(tiers) - {"G1", "G2", "G3", "G4"})
+            if unknown:
+                return _error(400, f"tiers: unknown tier(s) {', '.join(unknown)} (known: G1, G2, G3, G4)")
+        return web.json_response({"success": self.engine.reset(include, tiers)})
 
     async def _json(self, request: web.Request) -> dict[str, Any]:
         try:

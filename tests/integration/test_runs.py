@@ -92,3 +92,58 @@ async def test_persistence_fill_restart_measure_hits_g4(tmp_path):
     assert (after.cached_tokens >= 0.9 * 3000).all()
     gt = [t for t in truth(outcome.run_dir) if "after-restart" in t["request_id"]]
     assert gt and all(t["tokens_from_tier"].get("G4", 0) > 0 for t in gt)
+
+
+@pytest.mark.parametrize("eviction", ["tier_reset", "filler"])
+async def test_evicted_warm_hits_a_lower_tier(tmp_path, eviction):
+    # laptop profile: all four tiers on, G1+G2 hold 48k tokens; run 50x faster than real time
+    overrides = {
+        "target.mock_profile": "laptop",
+        "target.mock_overrides": {"time_scale": 0.02},
+        "prompts.lengths": [8000],
+        "cache.eviction": eviction,
+        "cache.filler_tokens": 64000,
+    }
+    outcome, df, manifest = await run(tmp_path, "ttft", **overrides)
+    assert outcome.exit_code == 0
+    warm = df[df.label == "evicted-warm"]
+    assert len(warm) == 1 and warm.iloc[0].cached_tokens >= 0.9 * 8000
+    if eviction == "filler":
+        assert (df.label == "filler").sum() == 8
+    gt = {t["request_id"]: t for t in truth(outcome.run_dir)}
+    tiers = gt[warm.iloc[0].request_id]["tokens_from_tier"]
+    assert tiers.get("G1", 0) == 0 and tiers.get("G2", 0) == 0
+    assert tiers.get("G3", 0) + tiers.get("G4", 0) >= 0.9 * 8000
+    cold = df[df.label == "cold"].iloc[0]
+    assert warm.iloc[0].ttft_ms < cold.ttft_ms
+
+
+async def test_noisy_run_slows_g4_onboarding(tmp_path):
+    overrides = {
+        "prompts.count": 8,
+        "prompts.lengths": [20000],
+        "load.requests": 16,
+        "load.concurrency": 4,
+        "noisy.enabled": True,
+    }
+    outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
+    assert outcome.exit_code == 0
+    phases = {p["name"]: p for p in manifest["phases"]}
+    noise = phases["noisy-1"]["noise"]
+    assert noise["total_bytes"] > 0 and noise["mean_bytes_per_s"] > 0
+    assert phases["quiet-1"].get("noise") is None
+    rows = read_jsonl(outcome.run_dir / "noise.jsonl")
+    assert rows and {r["phase"] for r in rows} == {"noisy-1"}
+    assert df[df.phase == "noisy-1"].noise_active.all() and not df[df.phase == "quiet-1"].noise_active.any()
+    gt = truth(outcome.run_dir)
+
+    def onboard(phase):
+        hits = [t for t in gt if f"-{phase}-" in t["request_id"] and t["tokens_from_tier"].get("G4", 0) > 0]
+        assert hits, phase
+        return sum(t["onboard_ms"] / t["tokens_from_tier"]["G4"] for t in hits) / len(hits)
+
+    assert onboard("noisy-1") > onboard("quiet-1")
+    # the mock measures the noise over a sliding window: all but the first requests see it
+    seen = [t["fabric_noise_bytes_per_s"] > 0 for t in gt if "-noisy-1-" in t["request_id"]]
+    assert sum(seen) >= 0.75 * len(seen)
+    assert not any(t["fabric_noise_bytes_per_s"] > 0 for t in gt if "-quiet-1-" in t["request_id"])
