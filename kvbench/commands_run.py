@@ -234,7 +234,8 @@ def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: b
             write_report = None
         if write_report is not None:
             html = write_report(outcome.run_dir, quiet=quiet)
-            print(f"report: {html}")
+            if quiet:
+                print(f"report: {html}")
     print(f"results: {outcome.run_dir}")
     if outcome.exit_code:
         print("kvbench: the error rate exceeded max_error_rate (exit 1)", file=sys.stderr)

@@ -113,7 +113,8 @@ def plot_ttft_vs_length(
     ax.set_title("TTFT vs prompt length: cold (recomputed) and warm (from cache)")
     ax.grid(True, which="both", alpha=0.3)
     if labels or published:
-        ax.legend(fontsize=8)
+        # below the curves on a log axis, where the published points (top) are not
+        ax.legend(fontsize=8, loc="lower right" if log else "upper left")
 
 
 def plot_speedup_vs_length(
