@@ -47,7 +47,7 @@ def wait_rows(run_base: Path, n: int, timeout: float = 60) -> Path:
 LONG_RUN = [
     "run", "throughput", "--quiet", "--no-report",
     "--prompts", "20", "--set", "prompts.lengths=[3000]", "--requests", "400", "--concurrency", "4",
-]
+]  # long enough to interrupt; the 400 requests take ~10 s against the ci mock
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -68,6 +68,24 @@ def test_interrupt_keeps_every_finished_request(tmp_path, sig):
     # nothing left behind: the embedded mock child is gone
     time.sleep(0.5)
     assert not any("kvbench.mock" in p for p in _cmdlines() if str(tmp_path) in p)
+    # and the report still works on it
+    rep = subprocess.run([sys.executable, "-m", "kvbench", "report", str(run_dir)], capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    assert "interrupted" in (run_dir / "report.md").read_text()
+
+
+def test_interrupt_during_noise_stops_the_senders(tmp_path):
+    proc = kvbench(*LONG_RUN, "--noisy", "--output-dir", str(tmp_path))
+    run_dir = wait_rows(tmp_path, 402)  # the quiet phase is done: the noisy one is running
+    time.sleep(0.5)
+    assert any("kvbench.noise" in c for c in _cmdlines())
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    time.sleep(0.5)
+    assert not any("kvbench.noise" in c or ("kvbench.mock" in c and str(tmp_path) in c) for c in _cmdlines())
+    assert read_manifest(run_dir)["status"] == "interrupted"
+    assert (run_dir / "noise.jsonl").stat().st_size > 0
 
 
 def _cmdlines():
