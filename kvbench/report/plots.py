@@ -237,7 +237,15 @@ def plot_phase_with_noise(
         label=f"completions/s ({width:g} s bins)",
     )
     ax2_ = ax.twinx()
-    ax2_.plot(tl["t_s"] + width / 2, tl["in_flight"], color="#17202a", lw=1, label="in flight")
+    peak = float(tl["in_flight"].max())
+    # its own hidden scale (the right axis is the noise rate): say so, with the peak
+    ax2_.plot(
+        tl["t_s"] + width / 2,
+        tl["in_flight"],
+        color="#17202a",
+        lw=1,
+        label=f"in flight (own scale, peak {peak:.0f})",
+    )
     ax2_.set_yticks([])
     ax2_.set_ylim(0, max(1.0, float(tl["in_flight"].max())) * 1.6)
     if ymax:

@@ -342,6 +342,10 @@ def throughput_comparison(
 ) -> dict[str, Any] | None:
     """Cached vs baseline: a requests/s ratio AND a total-time ratio, baseline named."""
     a = [p for p in stats if p.label == cached]
+    if not a and cached == "cached":
+        # a --noisy run has no "cached" phase: its quiet phases are the cached run
+        cached = "quiet"
+        a = [p for p in stats if p.label == cached]
     b = [p for p in stats if p.label == baseline]
     if not a or not b:
         return None
