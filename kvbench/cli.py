@@ -91,9 +91,10 @@ def main() -> None:
         print("kvbench: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:  # click's usage errors (typer vendors click) and the unexpected
-        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+        code = getattr(exc, "exit_code", None)
+        if hasattr(exc, "show") and isinstance(code, int):
             exc.show()
-            sys.exit(exc.exit_code)
+            sys.exit(code)
         if verbose:
             raise
         print(f"kvbench: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)", file=sys.stderr)

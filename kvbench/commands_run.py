@@ -228,14 +228,11 @@ def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: b
     for line in outcome.summary_lines:
         print(line)
     if report:
-        try:
-            from kvbench.report.render import write_report
-        except ModuleNotFoundError:
-            write_report = None
-        if write_report is not None:
-            html = write_report(outcome.run_dir, quiet=quiet)
-            if quiet:
-                print(f"report: {html}")
+        from kvbench.report.render import write_report
+
+        html = write_report(outcome.run_dir, quiet=quiet)
+        if quiet:
+            print(f"report: {html}")
     print(f"results: {outcome.run_dir}")
     if outcome.exit_code:
         print("kvbench: the error rate exceeded max_error_rate (exit 1)", file=sys.stderr)

@@ -1,5 +1,6 @@
 """Interruption, durability and secrets, driving the real CLI in a child process against the embedded mock."""
 
+import contextlib
 import json
 import os
 import signal
@@ -45,8 +46,18 @@ def wait_rows(run_base: Path, n: int, timeout: float = 60) -> Path:
 
 
 LONG_RUN = [
-    "run", "throughput", "--quiet", "--no-report",
-    "--prompts", "20", "--set", "prompts.lengths=[3000]", "--requests", "400", "--concurrency", "4",
+    "run",
+    "throughput",
+    "--quiet",
+    "--no-report",
+    "--prompts",
+    "20",
+    "--set",
+    "prompts.lengths=[3000]",
+    "--requests",
+    "400",
+    "--concurrency",
+    "4",
 ]  # long enough to interrupt; the 400 requests take ~10 s against the ci mock
 
 
@@ -69,7 +80,9 @@ def test_interrupt_keeps_every_finished_request(tmp_path, sig):
     time.sleep(0.5)
     assert not any("kvbench.mock" in p for p in _cmdlines() if str(tmp_path) in p)
     # and the report still works on it
-    rep = subprocess.run([sys.executable, "-m", "kvbench", "report", str(run_dir)], capture_output=True, text=True)
+    rep = subprocess.run(
+        [sys.executable, "-m", "kvbench", "report", str(run_dir)], capture_output=True, text=True
+    )
     assert rep.returncode == 0, rep.stderr
     assert "interrupted" in (run_dir / "report.md").read_text()
 
@@ -92,10 +105,8 @@ def _cmdlines():
     out = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
-            try:
+            with contextlib.suppress(OSError):
                 out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-            except OSError:
-                pass
     return out
 
 
@@ -128,8 +139,16 @@ def _kill_stray_mocks(tmp_path):
 
 def test_api_key_never_reaches_results_or_output(tmp_path):
     proc = kvbench(
-        "run", "ttft", "--lengths", "2000", "--api-key-env", "KVB_TEST_KEY", "--output-dir", str(tmp_path),
-        "--set", 'target.headers={"X-Tenant": "' + SENTINEL + '-hdr"}',
+        "run",
+        "ttft",
+        "--lengths",
+        "2000",
+        "--api-key-env",
+        "KVB_TEST_KEY",
+        "--output-dir",
+        str(tmp_path),
+        "--set",
+        'target.headers={"X-Tenant": "' + SENTINEL + '-hdr"}',
         env={"KVB_TEST_KEY": SENTINEL},
     )
     out, err = proc.communicate(timeout=120)
@@ -147,9 +166,21 @@ def test_api_key_never_reaches_results_or_output(tmp_path):
 def test_missing_key_variable_is_a_one_line_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "KVB_UNSET_KEY"}
     proc = subprocess.run(
-        [sys.executable, "-m", "kvbench", "run", "ttft", "--api-key-env", "KVB_UNSET_KEY",
-         "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "kvbench",
+            "run",
+            "ttft",
+            "--api-key-env",
+            "KVB_UNSET_KEY",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "kvbench: target.api_key_env: environment variable KVB_UNSET_KEY is not set"
@@ -157,9 +188,20 @@ def test_missing_key_variable_is_a_one_line_error(tmp_path):
 
 def test_refused_connection_exits_3_without_a_run(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "kvbench", "run", "ttft", "--base-url", "http://127.0.0.1:9",
-         "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "kvbench",
+            "run",
+            "ttft",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 3, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "cannot reach http://127.0.0.1:9" in proc.stderr

@@ -85,7 +85,7 @@ async def test_persistence_fill_restart_measure_hits_g4(tmp_path):
         "load.concurrency": 2,
         "between_phases.command": "@restart-mock",
     }
-    outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
+    outcome, df, _manifest = await run(tmp_path, "throughput", **overrides)
     assert outcome.exit_code == 0
     after = df[df.phase == "after-restart"]
     assert len(after) == 4
@@ -104,7 +104,7 @@ async def test_evicted_warm_hits_a_lower_tier(tmp_path, eviction):
         "cache.eviction": eviction,
         "cache.filler_tokens": 64000,
     }
-    outcome, df, manifest = await run(tmp_path, "ttft", **overrides)
+    outcome, df, _manifest = await run(tmp_path, "ttft", **overrides)
     assert outcome.exit_code == 0
     warm = df[df.label == "evicted-warm"]
     assert len(warm) == 1 and warm.iloc[0].cached_tokens >= 0.9 * 8000
