@@ -46,6 +46,33 @@ Claims file schema (YAML, `schema: kvbench-claims/1`)
     bounds:                              # optional: model-based limits
       - {id: reuse, kind: cold_reuse, requests: requests_total,
          prompts: prompts_distinct, claim: throughput-speedup}
+      - {id: scaling, kind: prefill_scaling,        # uncached TTFT at two lengths
+         short_tokens: n_short, short_time: ttft_short, long_tokens: n_long, long_time: ttft_long}
+      - id: gpu-time                     # serial_prefill: a recompute run's GPU time from
+        kind: serial_prefill             # t(n) = a*n + c*n^2 fitted to the two TTFT points
+        short_tokens: n_short            # (same four fields as prefill_scaling)
+        short_time: ttft_short
+        long_tokens: n_long
+        long_time: ttft_long
+        tokens: tokens_total             # mean length = tokens / requests
+        requests: requests_total
+        total: total_baseline            # the published total the GPU time is held against
+        prompts: prompts_distinct        # optional: the cold_reuse f that would reconcile it
+        claim: throughput-speedup        # optional: speedup the reconciliation is compared with
+        gpus: gpus_used                  # optional (default 1); gpus_available: optional
+        cold_total: total_cached         # optional: a cold-cache run computing each prompt once
+      - id: noise                        # bandwidth_headroom: competing traffic + the run's
+        kind: bandwidth_headroom         # own rate against each bandwidth, with headroom
+        noise: noise_bandwidth
+        noise_sources: noise_clients     # optional
+        demand: [kv_read_rate]           # rate figures; and/or sizing + duration: the
+        sizing: ws                       # fitting readings of a sizing check / duration
+        duration: total_cached
+        rate_before: rate_cached         # optional pair: throughput without / with the noise
+        rate_after: rate_noisy
+        capacities:                      # noise: does the competing traffic cross it?
+          - {figure: storage_read_bw, noise: true}
+          - {figure: client_net_bw, noise: false}
 
 Expressions use figure ids, numbers, ``+ - * / **`` and the functions
 ratio(a, b), quotient(a, b), difference(a, b), sum(...), product(...),
@@ -207,25 +234,92 @@ class SizingCheck(_Strict):
     geometry: str | dict[str, Any] | None = Field(None, description="overrides the file's model")
 
 
+class Capacity(_Strict):
+    figure: str = Field(description="figure: a bandwidth the run's traffic passes through")
+    noise: bool = Field(
+        True, description="the competing traffic passes through it too (False: only the run's own traffic)"
+    )
+    description: str = Field("", description="the resource in words")
+
+
+BoundKind = Literal["cold_reuse", "prefill_scaling", "serial_prefill", "bandwidth_headroom"]
+
+# figure references each kind needs / may use (list-valued references are checked separately)
+_BOUND_REFS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "cold_reuse": (("requests", "prompts"), ()),
+    "prefill_scaling": (("short_tokens", "short_time", "long_tokens", "long_time"), ()),
+    "serial_prefill": (
+        ("short_tokens", "short_time", "long_tokens", "long_time", "tokens", "requests", "total"),
+        ("prompts", "gpus", "gpus_available", "cold_total"),
+    ),
+    "bandwidth_headroom": (("noise",), ("noise_sources", "duration", "rate_before", "rate_after")),
+}
+
+
 class Bound(_Strict):
     id: str
-    kind: Literal["cold_reuse", "prefill_scaling"] = "cold_reuse"
+    kind: BoundKind = "cold_reuse"
     description: str = ""
-    # cold_reuse
-    requests: str | None = Field(None, description="cold_reuse: figure, number of requests")
-    prompts: str | None = Field(None, description="cold_reuse: figure, number of distinct prompts")
-    claim: str | None = Field(None, description="cold_reuse: claim whose stated speedup is tested")
+    # cold_reuse (requests, prompts also serial_prefill)
+    requests: str | None = Field(None, description="cold_reuse, serial_prefill: figure, number of requests")
+    prompts: str | None = Field(
+        None, description="cold_reuse, serial_prefill (optional): figure, number of distinct prompts"
+    )
+    claim: str | None = Field(
+        None,
+        description="cold_reuse: claim whose stated speedup is tested; "
+        "serial_prefill (optional): speedup claim a reconciliation is held against",
+    )
     stated: float | None = Field(None, description="cold_reuse: speedup to test when no claim is named")
-    # prefill_scaling
+    # prefill_scaling (also serial_prefill: the two uncached TTFT points the prefill model is fitted to)
     short_tokens: str | None = Field(None, description="prefill_scaling: figure, short prompt length")
     short_time: str | None = Field(None, description="prefill_scaling: figure, uncached TTFT at short length")
     long_tokens: str | None = Field(None, description="prefill_scaling: figure, long prompt length")
     long_time: str | None = Field(None, description="prefill_scaling: figure, uncached TTFT at long length")
+    # serial_prefill: a recompute run's GPU time from the fitted prefill t(n) = a*n + c*n^2
+    tokens: str | None = Field(None, description="serial_prefill: figure, prompt tokens of the whole run")
+    total: str | None = Field(None, description="serial_prefill: figure, published total time of the run")
+    gpus: str | None = Field(None, description="serial_prefill (optional): figure, GPUs the run used (1)")
+    gpus_available: str | None = Field(
+        None, description="serial_prefill (optional): figure, GPUs the node had"
+    )
+    cold_total: str | None = Field(
+        None,
+        description="serial_prefill (optional): figure, total time of a cold-cache run that computes "
+        "each distinct prompt once",
+    )
+    # bandwidth_headroom: competing traffic plus the run's own transfer rate against capacities
+    noise: str | None = Field(None, description="bandwidth_headroom: figure, competing traffic rate")
+    noise_sources: str | None = Field(
+        None, description="bandwidth_headroom (optional): figure, clients generating the competing traffic"
+    )
+    demand: list[str] = Field(
+        default_factory=list, description="bandwidth_headroom: figures, the run's own transfer rate(s)"
+    )
+    sizing: str | None = Field(
+        None,
+        description="bandwidth_headroom (optional): sizing check whose fitting readings give more "
+        "transfer rates (bytes / duration)",
+    )
+    duration: str | None = Field(
+        None, description="bandwidth_headroom: figure, the run time the sizing readings are spread over"
+    )
+    capacities: list[Capacity] = Field(
+        default_factory=list, description="bandwidth_headroom: the bandwidths to check"
+    )
+    rate_before: str | None = Field(
+        None, description="bandwidth_headroom (optional): figure, throughput without the competing traffic"
+    )
+    rate_after: str | None = Field(
+        None, description="bandwidth_headroom (optional): figure, throughput with the competing traffic"
+    )
 
     def refs(self) -> list[str]:
-        if self.kind == "cold_reuse":
-            return ["requests", "prompts"]
-        return ["short_tokens", "short_time", "long_tokens", "long_time"]
+        """Figure references this kind requires."""
+        return list(_BOUND_REFS[self.kind][0])
+
+    def optional_refs(self) -> list[str]:
+        return list(_BOUND_REFS[self.kind][1])
 
 
 class ClaimsFile(_Strict):
@@ -300,8 +394,30 @@ def _check_refs(cf: ClaimsFile) -> list[str]:
                 problems.append(f"bounds[{i}].{key}: unknown figure '{getattr(b, key)}'")
         if b.claim is not None and b.claim not in claim_ids:
             problems.append(f"bounds[{i}].claim: unknown claim '{b.claim}'")
+        for key in b.optional_refs():
+            ref = getattr(b, key)
+            if ref is not None and ref not in seen:
+                problems.append(f"bounds[{i}].{key}: unknown figure '{ref}'")
         if b.kind == "cold_reuse" and b.claim is None and b.stated is None:
             problems.append(f"bounds[{i}]: give `claim` or `stated`")
+        if b.kind == "bandwidth_headroom":
+            for j, ref in enumerate(b.demand):
+                if ref not in seen:
+                    problems.append(f"bounds[{i}].demand[{j}]: unknown figure '{ref}'")
+            for j, cap in enumerate(b.capacities):
+                if cap.figure not in seen:
+                    problems.append(f"bounds[{i}].capacities[{j}].figure: unknown figure '{cap.figure}'")
+            if not b.capacities:
+                problems.append(f"bounds[{i}].capacities: required for kind {b.kind}")
+            if not b.demand and b.sizing is None:
+                problems.append(f"bounds[{i}]: give `demand` or `sizing` (the run's own transfer rate)")
+            if b.sizing is not None:
+                if b.sizing not in {s.id for s in cf.sizing}:
+                    problems.append(f"bounds[{i}].sizing: unknown sizing check '{b.sizing}'")
+                if b.duration is None:
+                    problems.append(f"bounds[{i}].duration: required with `sizing`")
+            if (b.rate_before is None) != (b.rate_after is None):
+                problems.append(f"bounds[{i}]: give both `rate_before` and `rate_after`, or neither")
     return problems
 
 
@@ -1023,35 +1139,63 @@ def required_shared_fraction(
     return 1.0 - suffix if cost == "linear" else math.sqrt(1.0 - suffix)
 
 
-def _prefill_scaling(figs: dict[str, FigureValue], b: Bound) -> dict[str, Any]:
-    def val(ref: str | None) -> tuple[float, FigureValue]:
-        assert ref is not None
-        fv = figs[ref]
-        if fv.interval is None:
-            raise UsageError(f"bounds {b.id}: figure '{ref}' has no value")
-        return fv.interval.mid * parse_unit(fv.unit).factor, fv
+def _bound_value(figs: dict[str, FigureValue], b: Bound, ref: str | None) -> tuple[float, FigureValue]:
+    """A bound's figure in base units (s, B, B/s, counts), with the figure it came from."""
+    assert ref is not None
+    fv = figs[ref]
+    if fv.interval is None:
+        raise UsageError(f"bounds {b.id}: figure '{ref}' has no value")
+    return fv.interval.mid * parse_unit(fv.unit).factor, fv
 
-    n1, _ = val(b.short_tokens)
-    t1, f1 = val(b.short_time)
-    n2, _ = val(b.long_tokens)
-    t2, f2 = val(b.long_time)
-    # t = a n + c n^2 through both points
+
+def _basis(used: list[FigureValue]) -> str:
+    """'published', or which of the figures a bound uses kvbench derived or solved for."""
+    other = [f for f in used if f.kind != "published"]
+    if not other:
+        return "published"
+    return "uses " + ", ".join(
+        f"{f.id} ({f.kind}{' by ' + f.implied_by if f.implied_by else ''})" for f in other
+    )
+
+
+def fit_prefill(n1: float, t1: float, n2: float, t2: float) -> tuple[float, float]:
+    """(a, c) of prefill time t(n) = a*n + c*n^2 through the points (n1, t1) and (n2, t2)."""
     det = n1 * n2**2 - n2 * n1**2
-    a = (t1 * n2**2 - t2 * n1**2) / det
-    c = (n1 * t2 - n2 * t1) / det
+    return (t1 * n2**2 - t2 * n1**2) / det, (n1 * t2 - n2 * t1) / det
+
+
+def suffix_time(a: float, c: float, n: float, shared: float) -> float:
+    """Prefill time of the last (1-f)*n tokens of an n-token prompt whose first f*n are cached.
+
+    The cold_reuse cost model with both terms: a*(1-f)*n + c*(1-f^2)*n^2 (the suffix
+    still attends over the cached prefix).
+    """
+    return a * (1.0 - shared) * n + c * (1.0 - shared**2) * n * n
+
+
+def shared_fraction_for_suffix(a: float, c: float, n: float, target: float) -> float | None:
+    """The f at which suffix_time(a, c, n, f) equals `target` (0 if no sharing is needed; None: never)."""
+    full = suffix_time(a, c, n, 0.0)
+    if target >= full:
+        return 0.0
+    if target <= 0.0:
+        return None
+    # x = 1 - f:  c n^2 x (2 - x) + a n x = target  ->  c n^2 x^2 - (a n + 2 c n^2) x + target = 0
+    qa, qb = c * n * n, a * n + 2.0 * c * n * n
+    if abs(qa) < 1e-300:
+        return 1.0 - target / qb
+    return 1.0 - (qb - math.sqrt(qb * qb - 4.0 * qa * target)) / (2.0 * qa)
+
+
+def _prefill_scaling(figs: dict[str, FigureValue], b: Bound) -> dict[str, Any]:
+    n1, _ = _bound_value(figs, b, b.short_tokens)
+    t1, f1 = _bound_value(figs, b, b.short_time)
+    n2, _ = _bound_value(figs, b, b.long_tokens)
+    t2, f2 = _bound_value(figs, b, b.long_time)
+    a, c = fit_prefill(n1, t1, n2, t2)
     linear_pred = t2 * n1 / n2
     quad_pred = t2 * (n1 / n2) ** 2
-    kinds = {f1.kind, f2.kind}
-    basis = (
-        "published"
-        if kinds == {"published"}
-        else "uses "
-        + ", ".join(
-            f"{f.id} ({f.kind}{' by ' + f.implied_by if f.implied_by else ''})"
-            for f in (f1, f2)
-            if f.kind != "published"
-        )
-    )
+    basis = _basis([f1, f2])
     if quad_pred <= t1 <= linear_pred:
         verdict = (
             f"{fmt_num(t1)} s at {fmt_num(n1)} tokens lies between pure-quadratic "
@@ -1088,11 +1232,324 @@ def _prefill_scaling(figs: dict[str, FigureValue], b: Bound) -> dict[str, Any]:
     }
 
 
+def _serial_prefill(figs: dict[str, FigureValue], b: Bound, claims: list[ClaimResult]) -> dict[str, Any]:
+    """A recompute run's GPU time from the uncached TTFT: is its published total reachable?"""
+    n1, fn1 = _bound_value(figs, b, b.short_tokens)
+    t1, ft1 = _bound_value(figs, b, b.short_time)
+    n2, fn2 = _bound_value(figs, b, b.long_tokens)
+    t2, ft2 = _bound_value(figs, b, b.long_time)
+    tokens, ftok = _bound_value(figs, b, b.tokens)
+    requests, freq = _bound_value(figs, b, b.requests)
+    total, ftot = _bound_value(figs, b, b.total)
+    gpus = _bound_value(figs, b, b.gpus)[0] if b.gpus else 1.0
+    a, c = fit_prefill(n1, t1, n2, t2)
+    n = tokens / requests
+    t_n = a * n + c * n * n
+    serial = requests * t_n
+    gpu_time = serial / gpus
+    gain = gpu_time / total
+    per_gpu = "" if gpus == 1 else f" per GPU ({fmt_num(gpus)} GPUs)"
+    inside = min(n1, n2) <= n <= max(n1, n2)
+    assumptions = [
+        "a single uncached request's TTFT is compute-bound prefill that already saturates the GPU, so "
+        "batching concurrent prefills on it gains little; its time is t(n) = a*n + c*n^2, fitted through "
+        f"({fmt_num(n1)} tokens, {fmt_num(t1)} s) and ({fmt_num(n2)} tokens, {fmt_num(t2)} s)",
+        "the TTFT test and the recompute run used the same server, model and settings"
+        + ("" if gpus == 1 else f"; the run's work is spread evenly over its {fmt_num(gpus)} GPUs"),
+        f"every request is {fmt_num(n)} tokens long ({b.tokens} / {b.requests}); t(n) is convex, so unequal "
+        "lengths with the same total would take longer: the GPU time is a lower bound",
+        "the recompute run caches nothing: every request is prefilled in full; decode, queueing and "
+        "transfer time are ignored (they would only add to the GPU time)",
+    ]
+    if not inside:
+        assumptions.append(
+            f"{fmt_num(n)} tokens lies outside the fitted range [{fmt_num(min(n1, n2))}, "
+            f"{fmt_num(max(n1, n2))}]: the fit is extrapolated"
+        )
+    reconcile: list[dict[str, Any]] = []
+    reconcile.append(
+        {
+            "how": "batching",
+            "text": f"batching concurrent prefills gains {gain:.2f}x over serial prefill{per_gpu} "
+            "(contradicts the assumption that one prefill saturates the GPU)",
+            "gain": gain,
+        }
+    )
+    # shared prefixes kept in G1 during the recompute run, the cold_reuse model's f
+    target_suffix = (total * gpus - t_n) / (requests - 1.0) if requests > 1 else total * gpus - t_n
+    f_fit = shared_fraction_for_suffix(a, c, n, target_suffix)
+    f_lin = shared_fraction_for_suffix(t_n / n, 0.0, n, target_suffix)
+    f_quad = shared_fraction_for_suffix(0.0, t_n / (n * n), n, target_suffix)
+    shared: dict[str, Any] = {
+        "how": "shared_prefix",
+        "shared_fraction": {"fit": f_fit, "linear": f_lin, "quadratic": f_quad},
+    }
+    if f_fit is None:
+        shared["text"] = "no shared prefix suffices: even the first request alone exceeds the total"
+    else:
+        shared["text"] = (
+            f"every prompt shares a prefix of >= {f_fit:.1%} of its tokens with all others "
+            f"({f_lin:.1%} linear to {f_quad:.1%} quadratic cost), kept in GPU memory (G1) and reused "
+            "by the recompute run"
+        )
+        if b.prompts is not None:
+            prompts, _ = _bound_value(figs, b, b.prompts)
+            s = suffix_time(a, c, n, f_fit)
+            work_cached = t_n + (prompts - 1.0) * s
+            cap = (t_n + (requests - 1.0) * s) / work_cached
+            shared["cached_speedup_cap"] = cap
+            vs = ""
+            if b.claim is not None:
+                stated = next(cl.stated for cl in claims if cl.id == b.claim)
+                shared["claim"], shared["claim_stated"] = b.claim, stated
+                vs = f", not the {fmt_num(stated)}x of {b.claim}"
+            shared["text"] += (
+                f"; but then a cold cache reusing whole prompts ({fmt_num(requests / prompts)} uses each, "
+                f"the same f) beats that baseline by at most {cap:.2f}x{vs}"
+            )
+    reconcile.append(shared)
+    gpus_needed = math.ceil(serial / total - 1e-9)
+    gpu_row: dict[str, Any] = {
+        "how": "gpus",
+        "gpus_needed": gpus_needed,
+        "text": f">= {gpus_needed} such GPUs working in parallel (serial {fmt_num(serial)} s / "
+        f"{fmt_num(total)} s = {serial / total:.2f}), where the publication says {fmt_num(gpus)}",
+    }
+    if b.gpus_available is not None:
+        avail, _ = _bound_value(figs, b, b.gpus_available)
+        gpu_row["gpus_available"] = avail
+        gpu_row["time_on_available_s"] = serial / avail
+        gpu_row["text"] += (
+            f"; all {fmt_num(avail)} GPUs of the node would still take {fmt_num(serial / avail)} s"
+            if serial / avail > total
+            else f"; the node's {fmt_num(avail)} GPUs would reach it ({fmt_num(serial / avail)} s)"
+        )
+    reconcile.append(gpu_row)
+    reconcile.append(
+        {
+            "how": "faster_prefill",
+            "text": f"a model or settings whose prefill is {gain:.2f}x faster than in the TTFT test "
+            f"(t({fmt_num(n)}) <= {fmt_num(t_n / gain)} s instead of {fmt_num(t_n)} s)",
+        }
+    )
+    out: dict[str, Any] = {
+        "id": b.id,
+        "kind": b.kind,
+        "description": b.description,
+        "basis": _basis([fn1, ft1, fn2, ft2, ftok, freq, ftot]),
+        "points": [[n1, t1], [n2, t2]],
+        "fit": {"a_s_per_token": a, "c_s_per_token2": c},
+        "mean_tokens": n,
+        "prefill_time_mean_s": t_n,
+        "requests": requests,
+        "gpus": gpus,
+        "serial_gpu_time_s": serial,
+        "gpu_time_s": gpu_time,
+        "published_total_s": total,
+        "needed_gain": gain,
+        "reconcile": reconcile,
+        "assumptions": assumptions,
+        "note": "a two-point fit; the 30,000-token point may itself be implied, see the basis",
+    }
+    if gain > 1.0:
+        alts = [f"batching gains {gain:.1f}x on a GPU that one prefill already saturates"]
+        if f_fit is not None:
+            cap_txt = ""
+            if "cached_speedup_cap" in shared:
+                cap_txt = (
+                    f" (then a cold cache beats that baseline by at most {shared['cached_speedup_cap']:.2f}x"
+                )
+                cap_txt += f", not {fmt_num(shared['claim_stated'])}x)" if "claim_stated" in shared else ")"
+            alts.append(f"prompts share >= {f_fit:.1%} as a prefix cached in G1{cap_txt}")
+        node = f" (the node has {fmt_num(gpu_row['gpus_available'])})" if "gpus_available" in gpu_row else ""
+        alts.append(f"it ran on >= {gpus_needed} GPUs{node} or a {gain:.1f}x faster model/setting")
+        out["verdict"] = (
+            f"inconsistent unless {', or '.join(alts)}: {fmt_num(requests)} x t({fmt_num(n)}) = "
+            f"{fmt_num(requests)} x {fmt_num(t_n)} s = {fmt_num(gpu_time)} s of serial prefill{per_gpu}, "
+            f"{gain:.2f}x the published {fmt_num(total)} s"
+        )
+    else:
+        out["verdict"] = (
+            f"consistent: {fmt_num(gpu_time)} s of serial prefill{per_gpu} fits in the published "
+            f"{fmt_num(total)} s ({gain:.2f} of it)"
+        )
+    if b.cold_total is not None:
+        cold, _ = _bound_value(figs, b, b.cold_total)
+        if b.prompts is not None:
+            prompts, _ = _bound_value(figs, b, b.prompts)
+            first_uses = prompts * t_n / gpus
+            out["cold_run"] = {
+                "first_uses_gpu_time_s": first_uses,
+                "published_total_s": cold,
+                "needed_gain": first_uses / cold,
+            }
+            out["cold_run_text"] = (
+                f"a cold-cache run ({b.cold_total} = {fmt_num(cold)} s) must still prefill each of the "
+                f"{fmt_num(prompts)} prompts once: {fmt_num(prompts)} x {fmt_num(t_n)} s = "
+                f"{fmt_num(first_uses)} s{per_gpu}, {first_uses / cold:.1f}x its total, unless prompts "
+                "share prefixes (see the cold_reuse bound)"
+            )
+    return out
+
+
+def _bandwidth_headroom(
+    figs: dict[str, FigureValue], b: Bound, sizing: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Competing traffic plus the run's own transfer rate against each bandwidth it crosses."""
+    noise, fnoise = _bound_value(figs, b, b.noise)
+    rate_dims = parse_unit(fnoise.unit).dims
+    show = parse_unit(figs[b.capacities[0].figure].unit)  # print rates in the first capacity's unit
+
+    def gbs(x: float) -> str:
+        return f"{fmt_num(x / show.factor, 1)} {show.text}"
+
+    def same_dims(fv: FigureValue, role: str) -> None:
+        if parse_unit(fv.unit).dims != rate_dims:
+            raise UsageError(
+                f"bounds {b.id}: {role} '{fv.id}' ({fv.unit}) is not a rate like {b.noise} ({fnoise.unit})"
+            )
+
+    demands: list[dict[str, Any]] = []
+    used = [fnoise]
+    for ref in b.demand:
+        v, fv = _bound_value(figs, b, ref)
+        same_dims(fv, "demand")
+        used.append(fv)
+        demands.append(
+            {"source": ref, "text": f"{ref} ({fv.kind}{' = ' + fv.expr if fv.expr else ''})", "rate": v}
+        )
+    if b.sizing is not None:
+        duration, fdur = _bound_value(figs, b, b.duration)
+        sz = next(x for x in sizing if x["id"] == b.sizing)
+        seen_bytes: set[float] = set()
+        for srow in sz["rows"]:
+            if not srow["fits"] or round(srow["bytes"]) in seen_bytes:
+                continue
+            seen_bytes.add(round(srow["bytes"]))
+            demands.append(
+                {
+                    "source": f"sizing {b.sizing}",
+                    "text": f"sizing {b.sizing}: {srow['tokens'].split(':')[0]} x {srow['layers']} "
+                    f"= {fmt_num(srow['bytes'] / 1e9, 1)} GB, over {b.duration} "
+                    f"({fmt_num(duration / parse_unit(fdur.unit).factor)} {fdur.unit})",
+                    "rate": srow["bytes"] / duration,
+                }
+            )
+    if not demands:
+        raise UsageError(
+            f"bounds {b.id}: no transfer rate to check (the sizing check has no fitting reading)"
+        )
+    demand = max(d["rate"] for d in demands)
+    per_source = None
+    if b.noise_sources is not None:
+        sources, _ = _bound_value(figs, b, b.noise_sources)
+        per_source = noise / sources
+    keep = None  # throughput kept under the competing traffic (fraction)
+    if b.rate_before is not None and b.rate_after is not None:
+        before, fb = _bound_value(figs, b, b.rate_before)
+        after, fa = _bound_value(figs, b, b.rate_after)
+        used += [fb, fa]
+        keep = after / before
+    rows: list[dict[str, Any]] = []
+    for cap in b.capacities:
+        capacity, fcap = _bound_value(figs, b, cap.figure)
+        same_dims(fcap, "capacity")
+        used.append(fcap)
+        shared = noise if cap.noise else 0.0
+        load = demand + shared
+        row: dict[str, Any] = {
+            "figure": cap.figure,
+            "description": cap.description or fcap.description,
+            "capacity": capacity,
+            "noise_shares": cap.noise,
+            "load": load,
+            "utilisation": load / capacity,
+            "headroom": capacity - load,
+            "fits": load <= capacity,
+            # how many times the average rate the run's own traffic could burst to before saturating
+            "burst_factor_to_saturate": (capacity - shared) / demand if capacity > shared else 0.0,
+            "load_if_noise_shared": demand + noise,
+        }
+        if per_source is not None:
+            row["noise_per_source_fits"] = per_source <= capacity
+        if keep is not None:
+            # saturation explains the drop only if the capacity left to the run is what it got under noise
+            row["capacity_to_explain_drop"] = shared + demand * keep
+        rows.append(row)
+    fits = all(r["fits"] for r in rows)
+    assumptions = [
+        f"the run's own traffic moves at its average rate over the run: the largest reading, {gbs(demand)}; "
+        "bursts are higher (see the burst factor)",
+        f"the competing {gbs(noise)} is counted against a resource only where it passes through it: "
+        + "; ".join(
+            f"{r['figure']}: {'yes' if r['noise_shares'] else 'no (only the run itself)'}" for r in rows
+        ),
+        "bandwidths are the published maxima and add linearly; protocol overhead, erasure-coding "
+        "traffic and writes of the cache fill are ignored",
+    ]
+    if per_source is not None:
+        assumptions.append(
+            f"the competing traffic is spread evenly over its {fmt_num(noise / per_source)} sources: "
+            f"{gbs(per_source)} each"
+        )
+    out: dict[str, Any] = {
+        "id": b.id,
+        "kind": b.kind,
+        "description": b.description,
+        "basis": _basis(used),
+        "unit": show.text,
+        "noise": noise,
+        "noise_per_source": per_source,
+        "demand_readings": demands,
+        "demand": demand,
+        "rows": rows,
+        "fits": fits,
+        "throughput_drop": None if keep is None else 1.0 - keep,
+        "assumptions": assumptions,
+        "note": "average rates over a run; a bound from totals, not a measurement of the fabric",
+    }
+    parts = "; ".join(
+        f"{r['figure']} {gbs(r['load'])} of {gbs(r['capacity'])} ({r['utilisation']:.0%}, "
+        f"{gbs(r['headroom'])} {'headroom' if r['fits'] else 'OVER'})"
+        for r in rows
+    )
+    drop = "" if keep is None else f" the {1.0 - keep:.1%} throughput drop"
+    if fits:
+        explain = ""
+        if keep is not None:
+            need = "; ".join(
+                f"{r['figure']} to deliver only {gbs(r['capacity_to_explain_drop'])} "
+                f"of its {gbs(r['capacity'])}"
+                for r in rows
+                if r["noise_shares"]
+            )
+            spared = [r["figure"] for r in rows if not r["noise_shares"]]
+            explain = f" (saturation would need {need or 'a resource the competing traffic crosses'}"
+            explain += f"; {', '.join(spared)} carries none of the competing traffic)" if spared else ")"
+        out["verdict"] = (
+            f"the totals fit: {parts}. Bandwidth saturation alone cannot explain{drop or ' a slowdown'}"
+            f"{explain}: it points at contention elsewhere (switch buffers and queueing, added latency "
+            "per block read, storage-server CPU) or at bursts well above the average rate"
+        )
+    else:
+        over = ", ".join(r["figure"] for r in rows if not r["fits"])
+        out["verdict"] = f"over capacity in {over}: {parts}. Saturation can explain{drop or ' a slowdown'}"
+    return out
+
+
 def _bound(
-    cf: ClaimsFile, figs: dict[str, FigureValue], b: Bound, claims: list[ClaimResult]
+    cf: ClaimsFile,
+    figs: dict[str, FigureValue],
+    b: Bound,
+    claims: list[ClaimResult],
+    sizing: list[dict[str, Any]],
 ) -> dict[str, Any]:
     if b.kind == "prefill_scaling":
         return _prefill_scaling(figs, b)
+    if b.kind == "serial_prefill":
+        return _serial_prefill(figs, b, claims)
+    if b.kind == "bandwidth_headroom":
+        return _bandwidth_headroom(figs, b, sizing)
     assert b.requests is not None and b.prompts is not None
     r_iv, p_iv = figs[b.requests].interval, figs[b.prompts].interval
     assert r_iv is not None and p_iv is not None
@@ -1170,7 +1627,7 @@ def audit(cf: ClaimsFile) -> Ledger:
     _solve_unknowns(cf, figs, trees)
     claims = [_check_claim(cf, figs, c, trees) for c in cf.claims]
     sizing = [_sizing(cf, figs, s) for s in cf.sizing]
-    bounds = [_bound(cf, figs, b, claims) for b in cf.bounds]
+    bounds = [_bound(cf, figs, b, claims, sizing) for b in cf.bounds]
     assumptions = list(GENERAL_ASSUMPTIONS)
     for f in cf.figures:
         if f.kind == "published" and ("taken to be" in f.description or "assumes" in f.description):
@@ -1199,6 +1656,74 @@ def _stated_text(c: ClaimResult) -> str:
     if unit in ("x", "%"):
         return f"{num}{unit}"
     return f"{num} {unit}".strip()
+
+
+def _serial_prefill_lines(b: dict[str, Any]) -> list[str]:
+    n, t = b["mean_tokens"], b["prefill_time_mean_s"]
+    gpus = "1 GPU" if b["gpus"] == 1 else f"{fmt_num(b['gpus'])} GPUs"
+    out = [
+        f"  mean request {fmt_num(n)} tokens: t({fmt_num(n)}) = {fmt_num(t)} s",
+        f"  serial GPU prefill of the run: {fmt_num(b['requests'])} x {fmt_num(t)} s = "
+        f"{fmt_num(b['serial_gpu_time_s'])} s; on {gpus}: {fmt_num(b['gpu_time_s'])} s "
+        f"against the published {fmt_num(b['published_total_s'])} s",
+        f"  concurrency gain the run needs from batching prefills: {b['needed_gain']:.2f}x",
+        "  what would reconcile it:",
+    ]
+    out += [f"    - {r['text']}" for r in b["reconcile"]]
+    if "cold_run_text" in b:
+        out.append(f"  also: {b['cold_run_text']}")
+    return out
+
+
+def _bandwidth_lines(b: dict[str, Any]) -> list[str]:
+    u = b["unit"]
+    k = parse_unit(u).factor
+
+    def r(x: float) -> str:
+        return fmt_num(x / k, 1)
+
+    out = ["  the run's own transfer rate (the largest reading is used):"]
+    out += [f"    - {d['text']}: {r(d['rate'])} {u}" for d in b["demand_readings"]]
+    noise = f"  competing traffic: {r(b['noise'])} {u}"
+    if b["noise_per_source"] is not None:
+        noise += (
+            f" ({r(b['noise_per_source'])} {u} from each of {fmt_num(b['noise'] / b['noise_per_source'])})"
+        )
+    out.append(noise)
+    drop = b["throughput_drop"] is not None
+    head = f"  {'bandwidth':<16} {'capacity':>9} {'noise?':>6} {'load':>9} {'use':>5} {'headroom':>9}"
+    head += f" {'burst x':>8}"
+    if drop:
+        head += f" {'saturates at':>13}"
+    out.append(head + f"   ({u}; burst x: run traffic over its average before saturating)")
+    for row in b["rows"]:
+        line = (
+            f"  {row['figure']:<16} {r(row['capacity']):>9} {'yes' if row['noise_shares'] else 'no':>6} "
+            f"{r(row['load']):>9} {row['utilisation']:>5.0%} {r(row['headroom']):>9} "
+            f"{row['burst_factor_to_saturate']:>7.1f}x"
+        )
+        if drop:
+            line += f" {r(row['capacity_to_explain_drop']):>13}"
+        out.append(line)
+    for row in b["rows"]:
+        if not row["noise_shares"]:
+            over = row["load_if_noise_shared"] > row["capacity"]
+            out.append(
+                f"  if the competing traffic did cross {row['figure']}: {r(row['load_if_noise_shared'])} "
+                f"of {r(row['capacity'])} {u}: {'over capacity' if over else 'fits'}"
+                + (
+                    f"; each noise source ({r(b['noise_per_source'])} {u}) "
+                    f"{'fits' if row['noise_per_source_fits'] else 'exceeds'} one such link"
+                    if "noise_per_source_fits" in row
+                    else ""
+                )
+            )
+    if drop:
+        out.append(
+            f"  'saturates at': the capacity at which the {b['throughput_drop']:.1%} drop would be "
+            "explained by saturation alone (the run's share falling to its rate under the competing traffic)"
+        )
+    return out
 
 
 def format_ledger(ledger: Ledger) -> str:
@@ -1272,8 +1797,9 @@ def format_ledger(ledger: Ledger) -> str:
     for b in ledger.bounds:
         out.append("")
         out.append(f"BOUND {b['id']}: {b['description']}")
-        if b["kind"] == "prefill_scaling":
+        if b["kind"] in ("prefill_scaling", "serial_prefill", "bandwidth_headroom"):
             out.append(f"  basis: {b['basis']}")
+        if b["kind"] in ("prefill_scaling", "serial_prefill"):
             fit = b["fit"]
             out.append(
                 f"  t(n) = a*n + c*n^2 through both points: a = {fit['a_s_per_token']:.3e} s/token, "
@@ -1282,6 +1808,10 @@ def format_ledger(ledger: Ledger) -> str:
         out.append("  assumptions:")
         for a in b["assumptions"]:
             out.append(f"    - {a}")
+        if b["kind"] == "serial_prefill":
+            out.extend(_serial_prefill_lines(b))
+        if b["kind"] == "bandwidth_headroom":
+            out.extend(_bandwidth_lines(b))
         if b["kind"] == "cold_reuse":
             out.append("  shared prefix f   speedup (linear)   speedup (quadratic)")
             for row in b["table"]:

@@ -13,10 +13,13 @@ from kvbench.errors import UsageError
 from kvbench.report.claims import (
     audit,
     cold_reuse_speedup,
+    fit_prefill,
     format_ledger,
     load_claims,
     parse_claims,
     required_shared_fraction,
+    shared_fraction_for_suffix,
+    suffix_time,
 )
 from kvbench.report.commands import register
 from kvbench.report.quantities import ExprError, Interval, eval_expr, parse_expr, parse_unit
@@ -110,6 +113,106 @@ def test_cold_reuse_bound(ledger):
     assert required_shared_fraction(2, 100, 500) is None
 
 
+def _bound_of(ledger, bid):
+    return next(b for b in ledger.bounds if b["id"] == bid)
+
+
+def test_baseline_gpu_time_bound(ledger):
+    b = _bound_of(ledger, "baseline-gpu-time")
+    assert b["kind"] == "serial_prefill"
+    assert "ttft_uncached_30k (implied" in b["basis"]
+    # derived from the dataset: t(n) = a n + c n^2 through (30k, 32.14 - 29.55) and (130k, 32.14)
+    a, c = fit_prefill(30_000, 32.14 - 29.55, 130_000, 32.14)
+    assert (b["fit"]["a_s_per_token"], b["fit"]["c_s_per_token2"]) == pytest.approx((a, c))
+    assert b["mean_tokens"] == pytest.approx(24e6 / 200)
+    assert b["prefill_time_mean_s"] == pytest.approx(a * 120_000 + c * 120_000**2)
+    assert b["gpu_time_s"] == pytest.approx(5540, rel=0.01)
+    assert b["needed_gain"] == pytest.approx(b["gpu_time_s"] / 1048)
+    assert 5.2 < b["needed_gain"] < 5.4
+    how = {r["how"]: r for r in b["reconcile"]}
+    f = how["shared_prefix"]["shared_fraction"]
+    assert f["linear"] < f["fit"] < f["quadratic"]
+    assert 0.89 < f["fit"] < 0.90
+    # the f found brings the serial work down to the published total exactly
+    t_n = b["prefill_time_mean_s"]
+    assert t_n + 199 * suffix_time(a, c, 120_000, f["fit"]) == pytest.approx(1048)
+    # ... but then the cold cache can beat that baseline by about (R-1)/(P-1) only, not 22x
+    assert how["shared_prefix"]["cached_speedup_cap"] == pytest.approx(1.96, abs=0.01)
+    assert how["shared_prefix"]["claim_stated"] == 22
+    assert how["gpus"]["gpus_needed"] == 6
+    assert how["gpus"]["time_on_available_s"] > 1048  # all 4 GPUs of the node are not enough
+    assert b["cold_run"]["needed_gain"] == pytest.approx(100 * t_n / 46.94)
+    assert b["verdict"].startswith("inconsistent unless")
+    assert any("saturates the GPU" in x for x in b["assumptions"])
+
+
+def test_shared_fraction_for_suffix_inverts_suffix_time():
+    a, c = 4e-5, 1.6e-9
+    for f in (0.0, 0.3, 0.8, 0.99):
+        assert shared_fraction_for_suffix(a, c, 1e5, suffix_time(a, c, 1e5, f)) == pytest.approx(f, abs=1e-9)
+    assert shared_fraction_for_suffix(a, 0.0, 1e5, 2.0) == pytest.approx(0.5)  # linear only
+    assert shared_fraction_for_suffix(a, c, 1e5, 1e9) == 0.0
+    assert shared_fraction_for_suffix(a, c, 1e5, -1.0) is None
+
+
+def test_noise_bandwidth_bound(ledger):
+    b = _bound_of(ledger, "noise-bandwidth")
+    assert b["kind"] == "bandwidth_headroom"
+    rates = [d["rate"] for d in b["demand_readings"]]
+    assert rates[0] == pytest.approx(825e9 / 46.94)  # kv_read_rate_implied, ~17.6 GB/s
+    assert max(rates) == pytest.approx(24e6 * 36_864 / 46.94)  # the sizing reading, ~18.85 GB/s
+    assert b["demand"] == max(rates)
+    assert b["noise_per_source"] == pytest.approx(50e9)
+    rows = {r["figure"]: r for r in b["rows"]}
+    st, cl = rows["storage_read_bw"], rows["client_net_bw"]
+    assert st["noise_shares"] and not cl["noise_shares"]
+    assert st["load"] == pytest.approx(200e9 + b["demand"])
+    assert st["headroom"] == pytest.approx(315e9 - 200e9 - b["demand"])
+    assert 95e9 < st["headroom"] < 98e9
+    assert cl["headroom"] == pytest.approx(80e9 - b["demand"])
+    assert st["fits"] and cl["fits"] and b["fits"]
+    assert cl["load_if_noise_shared"] > cl["capacity"]  # had the noise crossed the client link
+    assert cl["noise_per_source_fits"]
+    assert b["throughput_drop"] == pytest.approx(1 - 3.6 / 4.26)
+    # saturation would need the storage to deliver only ~216 of its 315 GB/s
+    assert st["capacity_to_explain_drop"] == pytest.approx(200e9 + b["demand"] * 3.6 / 4.26)
+    assert "cannot explain the 15.5% throughput drop" in b["verdict"]
+
+
+def test_bandwidth_bound_reports_saturation_and_validates():
+    doc = {
+        "name": "x",
+        "figures": [
+            {"id": "noise", "value": 70, "unit": "GB/s"},
+            {"id": "kv_rate", "value": 20, "unit": "GB/s"},
+            {"id": "link", "value": 80, "unit": "GB/s"},
+        ],
+        "bounds": [
+            {
+                "id": "bw",
+                "kind": "bandwidth_headroom",
+                "noise": "noise",
+                "demand": ["kv_rate"],
+                "capacities": [{"figure": "link"}],
+            }
+        ],
+    }
+    b = audit(parse_claims(doc)).bounds[0]
+    assert not b["fits"] and b["rows"][0]["headroom"] == pytest.approx(-10e9)
+    assert b["verdict"].startswith("over capacity in link")
+    bad = {
+        **doc,
+        "bounds": [{"id": "bw", "kind": "bandwidth_headroom", "noise": "noise", "demand": ["nope"]}],
+    }
+    with pytest.raises(
+        UsageError, match=r"bounds\[0\]\.demand\[0\]: unknown figure 'nope'.*capacities: required"
+    ):
+        parse_claims(bad, source="t.yaml")
+    bad = {**doc, "bounds": [{"id": "g", "kind": "serial_prefill", "short_tokens": "noise"}]}
+    with pytest.raises(UsageError, match=r"bounds\[0\]\.total: required for kind serial_prefill"):
+        parse_claims(bad, source="t.yaml")
+
+
 def test_ledger_text_mentions_everything(ledger):
     text = format_ledger(ledger)
     for needle in (
@@ -120,6 +223,10 @@ def test_ledger_text_mentions_everything(ledger):
         "91.8%",
         "ASSUMPTIONS",
         "UNVERIFIABLE",
+        "BOUND baseline-gpu-time",
+        "BOUND noise-bandwidth",
+        "=> inconsistent unless",
+        "=> the totals fit",
     ):
         assert needle in text
 
@@ -208,6 +315,12 @@ def test_cli_audit_exit_codes(tmp_path):
     res = runner.invoke(_app(), ["audit", "--json"])
     data = json.loads(res.output)
     assert data["summary"]["discrepancy"] == 2
+    bounds = {b["id"]: b for b in data["bounds"]}
+    assert {"cold-reuse-bound", "uncached-ttft-scaling", "baseline-gpu-time", "noise-bandwidth"} <= set(
+        bounds
+    )
+    assert bounds["baseline-gpu-time"]["needed_gain"] == pytest.approx(5.29, abs=0.01)
+    assert bounds["noise-bandwidth"]["fits"] is True
     good = tmp_path / "good.yaml"
     good.write_text(
         "schema: kvbench-claims/1\nname: g\nfigures:\n  - {id: a, value: 2, unit: s}\n"
