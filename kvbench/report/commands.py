@@ -42,6 +42,10 @@ Claims file (YAML):
   bounds:                           # optional
     - {id: b1, kind: cold_reuse, requests: r, prompts: p,
        claim: drop}
+    # also kind: prefill_scaling, serial_prefill (is a recompute
+    # total reachable on N GPUs?) and bandwidth_headroom (does
+    # competing traffic saturate a link?): fields in
+    # kvbench/report/claims.py's docstring; see ibm-g4.yaml
 Units: s ms min, B kB MB GB TB KiB MiB GiB TiB, tokens requests
 prompts, req/s GB/s B/token, x %. decimals: "18%" = 0 means
 [17.5, 18.5); "24 million" = -6.
