@@ -42,6 +42,33 @@ class SSEParser:
     unknown_lines: int = 0
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if (
+            not self._buf
+            and not self._data
+            and not self._pending_cr
+            and chunk[-2:] == b"\n\n"
+            and chunk[:6] == b"data: "
+            and b"\r" not in chunk
+            and len(chunk) <= self.max_event_bytes
+        ):
+            fast = self._feed_data_events(chunk)
+            if fast is not None:
+                return fast
+        return self._feed(chunk)
+
+    def _feed_data_events(self, chunk: bytes) -> list[SSEEvent] | None:
+        """The usual chunk, whole `data: X` events and nothing else, without the line machinery;
+        None (nothing consumed) when the chunk holds anything else."""
+        parts = chunk[:-2].split(b"\n\n")
+        for part in parts:
+            if part[:6] != b"data: " or b"\n" in part:
+                return None
+        try:
+            return [SSEEvent(part[6:].decode("utf-8"), "message", self._id) for part in parts]
+        except UnicodeDecodeError:
+            return None  # the general path raises the error
+
+    def _feed(self, chunk: bytes) -> list[SSEEvent]:
         events: list[SSEEvent] = []
         buf = self._buf
         if self._pending_cr:

@@ -1,0 +1,125 @@
+"""kvbench's HTTP/1.1 response framing, fed byte sequences split at every position."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from kvbench.client import ClientConfig, RequestRecord, _Stream, build_body
+from kvbench.http1 import Exchange
+
+EVENTS = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+    {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+    {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "length"}]},
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}},
+    },
+]
+SSE = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in EVENTS) + b"data: [DONE]\n\n"
+
+
+def chunked(payload: bytes, size: int = 37) -> bytes:
+    parts = [payload[i : i + size] for i in range(0, len(payload), size)]
+    return b"".join(b"%x;ext=1\r\n%b\r\n" % (len(p), p) for p in parts) + b"0\r\nX-Trailer: 1\r\n\r\n"
+
+
+CHUNKED = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(SSE)
+LENGTH = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(SSE), SSE)
+CLOSE = b"HTTP/1.0 200 OK\r\n\r\n" + SSE
+ERROR = b'HTTP/1.1 503 Service Unavailable\r\nContent-Length: 29\r\n\r\n{"error":{"message":"busy!"}}'
+
+
+class FakePool:
+    def __init__(self):
+        self.released = []
+
+    def release(self, conn):
+        self.released.append(conn)
+
+
+class FakeConn:
+    def __init__(self):
+        self.pool = FakePool()
+        self.ex = None
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def feed(pieces, lost=False):
+    loop = asyncio.new_event_loop()
+    try:
+        rec = RequestRecord("r")
+        conn = FakeConn()
+        ex = Exchange(
+            conn, _Stream(rec, ClientConfig(base_url="http://x", model="m")), loop.create_future(), 0
+        )
+        conn.ex = ex
+        for p in pieces:
+            if not ex.finished.done():
+                ex.received(time.perf_counter_ns(), p)
+        if lost:
+            ex.lost(None)
+        return rec, conn, ex
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("name", ["CHUNKED", "LENGTH", "CLOSE"])
+def test_every_split_gives_the_same_record(name):
+    raw = globals()[name]
+    lost = name == "CLOSE"  # close-delimited: the body ends when the server closes
+    for cut in range(1, len(raw)):
+        rec, conn, ex = feed([raw[:cut], raw[cut:]], lost=lost)
+        assert rec.ok, (cut, rec.error_type, rec.error_message)
+        assert rec.http_status == 200
+        assert rec.cached_tokens == 3 and rec.output_tokens == 2
+        assert len(rec.token_ns) == 2
+        assert ex.finished.done()
+        # keep-alive only where HTTP/1.1 framing allows it
+        assert bool(conn.pool.released) == (name != "CLOSE")
+
+
+def test_error_response_is_http_code_with_message():
+    rec, _conn, _ = feed([ERROR])
+    assert rec.error_type == "http_503" and rec.error_message == "busy!"
+
+
+def test_connection_lost_mid_body_is_truncation():
+    rec, _conn, _ = feed([CHUNKED[: len(CHUNKED) // 2]], lost=True)
+    assert rec.error_type == "stream_truncated"
+
+
+def test_garbage_is_a_client_error():
+    rec, conn, _ = feed([b"SMTP ready\r\n\r\n"])
+    assert rec.error_type == "client_error" and conn.closed
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    ["plain words", 'quotes " and \\ back', "tab\tnew\nline \x00\x1f\x7f", "café ü 日本 🚀", "x" * 200_000],
+)
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_build_body_is_byte_identical_to_json_dumps(prompt, api):
+    cfg = ClientConfig(
+        base_url="http://x", model="m/é", api=api, extra_body={"cache_prompt": True, "max_tokens": 3}
+    )
+    body = build_body(cfg, prompt)
+    expected = {
+        "model": "m/é",
+        "max_tokens": 16,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if api == "chat":
+        expected["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        expected["prompt"] = prompt
+    expected["ignore_eos"] = True
+    expected.update(cfg.extra_body)
+    assert body == json.dumps(expected, ensure_ascii=False).encode("utf-8")
