@@ -348,10 +348,23 @@ class StreamingClient:
             async with asyncio.timeout_at(first_deadline) as deadline:
                 stream.on_first = lambda: deadline.reschedule(total_deadline)
                 async with pool.slots:
-                    conn = pool.idle_conn(target.key) or await pool.connect(target)
+                    head = target.head(rec.request_id, len(body))
+                    conn = pool.idle_conn(target.key)
+                    reused = conn is not None
+                    if conn is None:
+                        conn = await pool.connect(target)
                     ex = Exchange(conn, stream, loop.create_future(), self.origin_ns)
-                    conn.start(ex, target.head(rec.request_id, len(body)), body)
+                    conn.start(ex, head, body)
                     await ex.finished
+                    if reused and ex.dropped_unanswered:
+                        # the keep-alive race: the server closed an idle connection as we reused it
+                        # (llama-server does after every stream). Nothing was answered, so nothing
+                        # was processed: send again, once, on a fresh connection.
+                        rec.status, rec.error_type, rec.error_message, rec.end_ns = "ok", None, None, None
+                        conn = await pool.connect(target)
+                        ex = Exchange(conn, stream, loop.create_future(), self.origin_ns)
+                        conn.start(ex, head, body)
+                        await ex.finished
         except TimeoutError:
             if ex is not None:
                 ex.abort()

@@ -192,6 +192,7 @@ class Exchange:
         "chunk_left",
         "conn",
         "crlf",
+        "dropped_unanswered",
         "errbody",
         "finished",
         "framing",
@@ -219,6 +220,7 @@ class Exchange:
         self.trailers = False
         self.keep_alive = True
         self.errbody: bytearray | None = None
+        self.dropped_unanswered = False  # closed before one byte of response: safe to resend
 
     # -- callbacks from _Conn ---------------------------------------------------------------------------
 
@@ -261,6 +263,7 @@ class Exchange:
             self._complete(t)
             return
         why = f"ServerDisconnected: {exc}" if exc else "ServerDisconnected"
+        self.dropped_unanswered = self.state == _HEAD and not self.buf
         rec.end_ns = t
         if rec.headers_ns is None:
             rec.fail("connect_error", f"connection lost before a response: {why}")

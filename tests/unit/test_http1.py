@@ -123,3 +123,44 @@ def test_build_body_is_byte_identical_to_json_dumps(prompt, api):
     expected["ignore_eos"] = True
     expected.update(cfg.extra_body)
     assert body == json.dumps(expected, ensure_ascii=False).encode("utf-8")
+
+
+async def test_a_reused_connection_closed_by_the_server_is_resent_once():
+    """llama-server closes connections after a stream despite Keep-Alive: the next request must not fail."""
+    from kvbench.client import StreamingClient, make_session
+
+    served, dropped = [], []
+
+    async def read_request(reader):
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = int(next(x for x in lines if x.lower().startswith(b"content-length")).split(b":")[1])
+        await reader.readexactly(length)
+
+    async def handle(reader, writer):
+        # answer one request per connection; a second one on it is dropped unanswered (the race
+        # where the server closes an idle keep-alive connection just as the client reuses it)
+        await read_request(reader)
+        served.append(1)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nContent-Length: %d\r\n\r\n%b" % (len(SSE), SSE)
+        )
+        await writer.drain()
+        try:
+            await read_request(reader)
+            dropped.append(1)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m")
+    async with make_session(1, 5) as session:
+        client = StreamingClient(cfg, session, time.perf_counter_ns())
+        first = await client.send(RequestRecord("a"), b"{}")
+        second = await client.send(RequestRecord("b"), b"{}")
+    server.close()
+    await server.wait_closed()
+    assert first.ok and second.ok, (second.error_type, second.error_message)
+    assert len(served) == 2 and len(dropped) == 1  # dropped once, then resent on a fresh connection
