@@ -30,7 +30,7 @@ from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_b
 from kvbench.errors import KvbenchError, TargetUnreachable
 from kvbench.load import WorkItem, run_load, work_items
 from kvbench.progress import Progress
-from kvbench.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
+from kvbench.prompts import Prompt, TokenCounter, bounded_counter, build_prompts, make_salt, resolve_lengths
 from kvbench.results import METRIC_DELTAS, NOISE, PROMPTS, SCENARIO, RunDir, new_run_dir, utc_now_iso
 from kvbench.scenario import Scenario, SequentialLoad, scenario_to_yaml
 from kvbench.target import TargetInfo, embedded_mock, identify, preflight, request_headers
@@ -100,6 +100,7 @@ class Run:
         self.noise_writer = None
         self.metric_deltas: dict[str, dict[str, float]] = {}
         self.summary_lines: list[str] = []
+        self.token_counter: TokenCounter | None = None
         self.seq = 0
 
     # -- one request ---------------------------------------------------------------------------------
@@ -267,14 +268,14 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
             reset_ok = await run.reset()
             cold = await run.issue(phase=phase, label="cold", rep=rep, prompt=prompt, text=text)
             verified = cold.cached_tokens == 0 if cold.cached_tokens is not None else None
-            evicted = await evict(run, rep, prompts, prompt)
-            warm_label = "evicted-warm" if evicted else "warm"
+            evicted = await evict(run, rep, prompt)
+            warm_label = "evicted-warm" if evicted is not None else "warm"
             warms = []
             for _ in range(scn.cache.warm_repeats):
                 warms.append(
                     await run.issue(phase=phase, label=warm_label, rep=rep, prompt=prompt, text=text)
                 )
-            rows.append(_ttft_row(prompt, cold, warms, verified, reset_ok))
+            rows.append({**_ttft_row(prompt, cold, warms, verified, reset_ok), **(evicted or {})})
         run.progress.end_phase()
         after = await run.scraper.scrape(phase)
         run.end_metrics(phase if scn.repetitions == 1 else f"{phase}-{rep + 1}", before, after)
@@ -293,26 +294,55 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
     run.summary_lines = ttft_table(rows)
 
 
-async def evict(run: Run, rep: int, prompts: list[Prompt], current: Prompt) -> bool:
+async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
+    """Between cold and warm, push the prompt's KV out of the fast tiers; None when not asked to."""
     mode = run.scn.cache.eviction
     if mode == "none":
-        return False
+        return None
     if mode == "tier_reset":
         status, body = await run.http.request("POST", "/reset_prefix_cache?tiers=G1,G2")
         if status >= 400 or (isinstance(body, dict) and body.get("success") is False):
             raise KvbenchError(f"cache.eviction=tier_reset: the server refused a tier reset (HTTP {status})")
-        return True
+        return {"eviction": mode}
+    if mode == "slot_file":
+        return await slot_file_round_trip(run, current)
     total = run.scn.cache.filler_tokens or 2 * current.requested_tokens
     n = max(1, -(-total // max(current.requested_tokens, 1)))
     fillers = await build_prompts(
-        [current.requested_tokens] * n, seed=run.scn.prompts.seed + 7919 + rep, counter=None
+        [current.requested_tokens] * n,
+        seed=run.scn.prompts.seed + 7919 + rep,
+        counter=run.token_counter,
+        sample_salt=make_salt(np.random.default_rng(1)),
     )
     for f in fillers:
         filler = Prompt(-2, f.requested_tokens, f.body, f.actual_tokens)
         await run.issue(
             phase="ttft", label="filler", rep=rep, prompt=filler, text=filler.with_salt(run.new_salt())
         )
-    return True
+    return {"eviction": mode, "filler_requests": n}
+
+
+async def slot_file_round_trip(run: Run, current: Prompt) -> dict[str, Any]:
+    """llama.cpp's disk tier: save slot 0's KV to a file, erase the slot, restore it from the file.
+
+    The restore is its own HTTP call, so it is NOT inside the evicted-warm TTFT that follows:
+    it is recorded beside it (restore_ms from the server, restore_client_ms end to end), and the
+    TTFT table's disk figure is warm TTFT + restore.
+    """
+    if run.target.engine != "llamacpp":
+        raise KvbenchError(
+            f"cache.eviction=slot_file: needs llama.cpp's slot save/restore (engine is {run.target.engine})"
+        )
+    from kvbench.engines.tiers import SlotActionError, disk_round_trip
+
+    filename = f"kvbench-{run.rd.run_id}-{current.prompt_id}.bin"
+    try:
+        trip = await disk_round_trip(run.client.session, run.http.base_url, 0, filename)
+    except SlotActionError as exc:
+        raise KvbenchError(
+            f"cache.eviction=slot_file: {exc} (start llama-server with --slot-save-path)"
+        ) from None
+    return {"eviction": "slot_file", "slot_file": filename, **trip}
 
 
 def _ttft_row(
@@ -350,19 +380,32 @@ def ttft_table(rows: list[dict[str, Any]]) -> list[str]:
     def f(x: float | None, fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
 
-    lines = [
+    disk = any(r.get("restore_client_ms") is not None for r in rows)
+    head = (
         f"{'tokens':>8} {'cold TTFT s':>12} {'warm TTFT s':>12} {'speedup':>8} {'cached':>8} "
         f"{'cold verified':>14} {'same output':>11}"
-    ]
+    )
+    lines = [head + (f" {'warm+restore s':>15}" if disk else "")]
     for r in rows:
         verified = {True: "yes", False: "NO", None: "unknown"}[r["verified"]]
         match = {True: "yes", False: "NO", None: "-"}[r["outputs_match"]]
-        lines.append(
+        line = (
             f"{r['tokens']:>8} {f(r['cold_ttft_s'], '.3f'):>12} {f(r['warm_ttft_s'], '.3f'):>12} "
             f"{f(r['speedup'], '.1f'):>7}x {_dash(r['warm_cached_tokens']):>8} "
             f"{verified:>14} {match:>11}"
         )
+        if disk:
+            # the restore is a separate call, outside the measured TTFT: the disk tier's cost is both
+            restore = r.get("restore_client_ms")
+            total = None if r["warm_ttft_s"] is None or restore is None else r["warm_ttft_s"] + restore / 1000
+            line += f" {f(total, '.3f'):>15}"
+        lines.append(line)
     return lines
+
+
+def _pin_slot(scn: Scenario) -> dict[str, Any]:
+    # slot_file saves and restores slot 0: every request must land in it
+    return {"id_slot": 0} if scn.cache.eviction == "slot_file" else {}
 
 
 def _dash(x: Any) -> str:
@@ -643,7 +686,7 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             ignore_eos=scn.output.ignore_eos,
             first_token_timeout_s=scn.target.timeouts.first_token_s,
             total_timeout_s=scn.target.timeouts.total_s,
-            extra_body={**adapter.extra_body, **opts.extra_body},
+            extra_body={**adapter.extra_body, **_pin_slot(scn), **opts.extra_body},
         )
         client = StreamingClient(cfg, session, origin_ns, headers)
         rd = RunDir(run_path, run_id)
@@ -731,12 +774,13 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
         spec if isinstance(spec, list) else (spec.min, spec.max, spec.distribution), count, scn.prompts.seed
     )
     counter = await server_token_counter(run.http, run.target.model, run.target.engine)
+    run.token_counter = bounded_counter(counter) if counter else None
     t0 = time.perf_counter()
     prompts = await build_prompts(
         lengths,
         seed=scn.prompts.seed,
         shared_prefix_tokens=scn.prompts.shared_prefix_tokens,
-        counter=bounded_counter(counter) if counter else None,
+        counter=run.token_counter,
         sample_salt=make_salt(np.random.default_rng(0)) if scn.prompts.salt != "none" else "",
         tolerance=scn.prompts.tolerance_tokens,
     )

@@ -193,10 +193,11 @@ class Cache(Strict):
         description="After a reset, probe that nothing is cached; "
         "required = refuse to call a run cold otherwise.",
     )
-    eviction: Literal["none", "filler", "tier_reset"] = Field(
+    eviction: Literal["none", "filler", "tier_reset", "slot_file"] = Field(
         "none",
-        description="TTFT test: between cold and warm, evict G1/G2 (filler prompts or a tier reset) "
-        "so the warm hit must come from a lower tier.",
+        description="TTFT test: between cold and warm, evict the fast tiers so the warm hit must come "
+        "from a lower one: filler prompts, a tier reset (mock: G1+G2), or llama.cpp's slot "
+        "save/erase/restore through a file (the disk tier; the restore time is recorded beside TTFT).",
     )
     filler_tokens: int = Field(
         0, ge=0, description="eviction=filler: total tokens of filler prompts (should exceed G1+G2 capacity)."
