@@ -615,13 +615,45 @@ def environment() -> dict[str, Any]:
     }
 
 
+def _install_interrupt_handlers(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    """SIGINT/SIGTERM cancel the run (in-flight requests become `cancelled` rows, noise stops, the
+    manifest says `interrupted`); a second one exits at once. Set on the loop itself because
+    uvloop does not run asyncio.Runner's own SIGINT handler while it waits."""
+    count = 0
+
+    def on_signal() -> None:
+        nonlocal count
+        count += 1
+        if count == 1:
+            task.cancel()
+        else:
+            print("kvbench: interrupted again; exiting now", file=sys.stderr, flush=True)
+            os._exit(130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal)
+
+
+def _remove_interrupt_handlers(loop: asyncio.AbstractEventLoop) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(sig)
+
+
 async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
     """Run a validated scenario end to end; returns where the results are and the exit code."""
     loop = asyncio.get_running_loop()
     me = asyncio.current_task()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        if me is not None:
-            loop.add_signal_handler(signal.SIGTERM, me.cancel)
+    if me is not None:
+        _install_interrupt_handlers(loop, me)
+    try:
+        return await _run_scenario(scn, opts)
+    finally:
+        _remove_interrupt_handlers(loop)
+
+
+async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
     headers = request_headers(scn, opts.api_key_env)
     origin_ns = time.perf_counter_ns()
     async with contextlib.AsyncExitStack() as stack:
