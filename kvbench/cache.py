@@ -131,6 +131,13 @@ class TargetHTTP:
                 body = text
             return resp.status, body
 
+    async def post_bytes(self, path: str, json_body: Any) -> tuple[int, bytes]:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with self.session.post(
+            self.base_url + path, json=json_body, headers=self.headers, timeout=timeout
+        ) as resp:
+            return resp.status, await resp.read()
+
     async def get_text(self, path: str) -> tuple[int, str]:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with self.session.get(self.base_url + path, headers=self.headers, timeout=timeout) as resp:

@@ -7,6 +7,8 @@ The count includes BOS where the server's usage.prompt_tokens does.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -29,14 +31,23 @@ async def server_token_counter(http: TargetHTTP, model: str, engine: str) -> Cou
     return None
 
 
+_COUNT = re.compile(rb'^\s*\{\s*"count"\s*:\s*(\d+)\s*[,}]')
+
+
 def _counter(http: TargetHTTP, model: str, style: str) -> CountOne:
     async def count(text: str) -> int:
-        if style == "vllm":
-            status, body = await http.request("POST", "/tokenize", {"model": model, "prompt": text})
-        else:
-            status, body = await http.request("POST", "/tokenize", {"content": text, "add_special": True})
-        if status != 200 or not isinstance(body, dict):
+        payload = (
+            {"model": model, "prompt": text} if style == "vllm" else {"content": text, "add_special": True}
+        )
+        status, raw = await http.post_bytes("/tokenize", payload)
+        if status != 200:
             raise LookupError(f"/tokenize answered {status}")
+        # vLLM-style answers lead with "count": read it without decoding a 130k-entry token list
+        if m := _COUNT.match(raw[:64]):
+            return int(m.group(1))
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            raise LookupError("/tokenize answered something other than a JSON object")
         if isinstance(body.get("count"), int):
             return int(body["count"])
         return len(body["tokens"])
