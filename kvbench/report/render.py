@@ -678,7 +678,7 @@ def key_table(summary: dict[str, Any]) -> Table:
         rows.append(
             [
                 "throughput speedup",
-                "baseline -> cached",
+                f"baseline -> {t.get('cached_label', 'cached')}",
                 f"{fmt(t['rate_ratio'])}x (req/s ratio)",
                 f"{fmt(t['baseline_requests_per_s'])} -> {fmt(t['cached_requests_per_s'])} req/s",
             ]
@@ -686,7 +686,7 @@ def key_table(summary: dict[str, Any]) -> Table:
         rows.append(
             [
                 "throughput speedup",
-                "baseline -> cached",
+                f"baseline -> {t.get('cached_label', 'cached')}",
                 f"{fmt(t['time_ratio'])}x (total-time ratio)",
                 f"{fmt(t['baseline_total_s'])} -> {fmt(t['cached_total_s'])} s",
             ]

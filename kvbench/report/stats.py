@@ -354,6 +354,7 @@ def throughput_comparison(
     return {
         "baseline": f"label '{baseline}' (phases {', '.join(p.phase for p in b)}): recomputes every prompt",
         "cached": f"label '{cached}' (phases {', '.join(p.phase for p in a)})",
+        "cached_label": cached,
         "cached_requests_per_s": ra,
         "baseline_requests_per_s": rb,
         "cached_total_s": ta,
