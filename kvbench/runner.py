@@ -260,7 +260,7 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
     lengths = resolve_lengths(
         spec if isinstance(spec, list) else (spec.min, spec.max, spec.distribution), count, scn.prompts.seed
     )
-    counter = await server_token_counter(run.http, run.target.model, run.target.engine)
+    counter = await server_token_counter(run.http, run.target.model, run.target.engine, scn.target.api)
     run.token_counter = bounded_counter(counter) if counter else None
     t0 = time.perf_counter()
     prompts = await build_prompts(
@@ -285,6 +285,11 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
         "count": len(prompts),
         "build_s": round(elapsed, 3),
         "count_source": prompts[0].count_source if prompts else None,
+        "counted_as": "chat message with template"
+        if getattr(counter, "counts_chat", False)
+        else "raw text (a chat template adds its tokens on top)"
+        if scn.target.api == "chat"
+        else "raw text",
         "outside_tolerance": len(off),
     }
     run.progress.log(

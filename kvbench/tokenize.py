@@ -18,9 +18,19 @@ from kvbench.cache import TargetHTTP
 CountOne = Callable[[str], Awaitable[int]]
 
 
-async def server_token_counter(http: TargetHTTP, model: str, engine: str) -> CountOne | None:
-    """A working counter for this server, or None when it has no tokenize endpoint."""
+async def server_token_counter(
+    http: TargetHTTP, model: str, engine: str, api: str = "completions"
+) -> CountOne | None:
+    """A working counter for this server, or None when it has no tokenize endpoint.
+
+    For the chat API the text is counted as a user message with the model's chat template
+    applied (vLLM's /tokenize takes `messages`), so lengths include the template's tokens, as
+    usage.prompt_tokens does; servers without that count the raw text (`counter.counts_chat`
+    says which), and the template's overhead then shows in prompt_tokens_server.
+    """
     styles = ["llamacpp", "vllm"] if engine == "llamacpp" else ["vllm", "llamacpp"]
+    if api == "chat":
+        styles = ["vllm-chat", *styles]
     for style in styles:
         counter = _counter(http, model, style)
         try:
@@ -36,9 +46,11 @@ _COUNT = re.compile(rb'^\s*\{\s*"count"\s*:\s*(\d+)\s*[,}]')
 
 def _counter(http: TargetHTTP, model: str, style: str) -> CountOne:
     async def count(text: str) -> int:
-        payload = (
-            {"model": model, "prompt": text} if style == "vllm" else {"content": text, "add_special": True}
-        )
+        payload: dict[str, object] = {"model": model, "prompt": text}
+        if style == "vllm-chat":
+            payload = {"model": model, "messages": [{"role": "user", "content": text}]}
+        elif style == "llamacpp":
+            payload = {"content": text, "add_special": True}
         status, raw = await http.post_bytes("/tokenize", payload)
         if status != 200:
             raise LookupError(f"/tokenize answered {status}")
@@ -52,4 +64,5 @@ def _counter(http: TargetHTTP, model: str, style: str) -> CountOne:
             return int(body["count"])
         return len(body["tokens"])
 
+    count.counts_chat = style == "vllm-chat"  # type: ignore[attr-defined]
     return count

@@ -147,3 +147,13 @@ async def test_noisy_run_slows_g4_onboarding(tmp_path):
     seen = [t["fabric_noise_bytes_per_s"] > 0 for t in gt if "-noisy-1-" in t["request_id"]]
     assert sum(seen) >= 0.75 * len(seen)
     assert not any(t["fabric_noise_bytes_per_s"] > 0 for t in gt if "-quiet-1-" in t["request_id"])
+
+
+async def test_chat_prompts_are_token_exact_including_the_template(tmp_path):
+    outcome, df, manifest = await run(tmp_path, "ttft", **{"prompts.lengths": [30000], "target.api": "chat"})
+    assert outcome.exit_code == 0
+    assert manifest["prompts"]["counted_as"] == "chat message with template"
+    measured = df[df.label.isin(["cold", "warm"])]
+    assert (measured.prompt_tokens_server == 30000).all()
+    warm = measured[measured.label == "warm"].iloc[0]
+    assert warm.cached_tokens >= 0.9 * 30000 and warm.output_text
