@@ -888,6 +888,21 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
                     f"+{fmt(q['time_increase_pct'])}% time (vs quiet time)",
                 ]
             )
+    phase_table = Table(
+        [
+            "run",
+            "phase",
+            "label",
+            "ok",
+            "errors",
+            "req/s",
+            f"req/s vs {base_name}",
+            "TTFT p50 (ms)",
+            f"TTFT p50 vs {base_name}",
+            "E2E p50 (ms)",
+        ],
+        phase_rows,
+    )
     sections = [
         Section(
             "Runs",
@@ -898,23 +913,7 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
         Section(
             "Per phase and label",
             [],
-            [
-                Table(
-                    [
-                        "run",
-                        "phase",
-                        "label",
-                        "ok",
-                        "errors",
-                        "req/s",
-                        f"req/s vs {base_name}",
-                        "TTFT p50 (ms)",
-                        f"TTFT p50 vs {base_name}",
-                        "E2E p50 (ms)",
-                    ],
-                    phase_rows,
-                )
-            ],
+            [phase_table],
         ),
     ]
     if speed_rows:
@@ -966,21 +965,7 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
     write_json(out / "summary.json", {"baseline": base_name, "runs": summaries})
     if not quiet:
         print_table(
-            Table(
-                [
-                    "run",
-                    "phase",
-                    "label",
-                    "ok",
-                    "errors",
-                    "req/s",
-                    f"req/s vs {base_name}",
-                    "TTFT p50 (ms)",
-                    f"TTFT p50 vs {base_name}",
-                    "E2E p50 (ms)",
-                ],
-                phase_rows,
-            ),
+            phase_table,
             f"compare (baseline: {base_name})",
         )
         if thr_rows:
