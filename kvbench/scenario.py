@@ -249,6 +249,12 @@ class Noisy(Strict):
     enabled: bool = Field(False, description="Run quiet and noisy phases as pairs (`--noisy`).")
     order: Literal["quiet_first", "noisy_first"] = Field("quiet_first", description="Order within a pair.")
     pairs: int = Field(1, gt=0, le=100, description="Quiet/noisy pairs, interleaved.")
+    cache_start: Literal["cold", "filled"] = Field(
+        "cold",
+        description="cold: each quiet and noisy phase starts from an empty cache (the fill is measured); "
+        "filled: an unmeasured quiet fill phase (every prompt once) precedes each, so the measured "
+        "phase reads everything from the cache, the published 'same 200 cached requests' reading.",
+    )
 
 
 class BetweenPhases(Strict):

@@ -157,3 +157,28 @@ async def test_chat_prompts_are_token_exact_including_the_template(tmp_path):
     assert (measured.prompt_tokens_server == 30000).all()
     warm = measured[measured.label == "warm"].iloc[0]
     assert warm.cached_tokens >= 0.9 * 30000 and warm.output_text
+
+
+async def test_noisy_from_a_filled_cache(tmp_path):
+    overrides = {
+        "prompts.count": 6,
+        "prompts.lengths": [20000],
+        "load.requests": 12,
+        "load.concurrency": 3,
+        "noisy.enabled": True,
+        "noisy.cache_start": "filled",
+    }
+    outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
+    assert outcome.exit_code == 0
+    assert [p["name"] for p in manifest["phases"]] == ["fill-quiet-1", "quiet-1", "fill-noisy-1", "noisy-1"]
+    assert (df[df.label == "fill"].cached_tokens == 0).all()  # each fill starts cold (new salt + reset)
+    measured = df[df.label.isin(["quiet", "noisy"])]
+    assert (measured.cached_tokens >= 0.99 * 20000 - 16).all()  # every measured request reads the cache
+    gt = truth(outcome.run_dir)
+
+    def onboard_ms(phase):
+        rows = [t["onboard_ms"] for t in gt if t["request_id"].split("-", 1)[1].rsplit("-", 1)[0] == phase]
+        assert len(rows) == 12
+        return sum(rows) / len(rows)
+
+    assert onboard_ms("noisy-1") > onboard_ms("quiet-1")
