@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from kvbench.cache import CacheAdapter
 from kvbench.client import RequestRecord
+from kvbench.engines.adapters import EngineAdapter
 from kvbench.errors import KvbenchError
 from kvbench.prompts import Prompt, build_prompts, make_salt
 from kvbench.run_context import Run, phase_entry
@@ -168,7 +168,7 @@ def ttft_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def pin_slot(scn: Scenario, adapter: CacheAdapter) -> dict[str, Any]:
+def pin_slot(scn: Scenario, adapter: EngineAdapter) -> dict[str, Any]:
     # slot_file saves and restores slot 0: every request must land in it
     return adapter.pin_request(0) if scn.cache.eviction == "slot_file" else {}
 

@@ -274,3 +274,23 @@ def test_legacy_names_still_import():
 
     assert LEGACY is REGISTRY and LEGACY["vllm"].hit_counters and LEGACY["llamacpp"].source_counters
     assert LEGACY["vllm"].engine == "vllm" and isinstance(LEGACY["mock"], CacheAdapter)
+
+
+def test_tier_hits_by_label():
+    deltas = {
+        'kvbench_mock_tier_hit_tokens_total{tier="G1"}': 100.0,
+        'kvbench_mock_tier_hit_tokens_total{tier="G4"}': 900.0,
+        'vllm:prompt_tokens_by_source_total{source="local_cache_hit"}': 100.0,
+        'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}': 900.0,
+        "vllm:prefix_cache_hits_total": 1000.0,
+    }
+    assert get_adapter("mock").tier_hits(deltas) == {"G1": 100.0, "G4": 900.0}
+    assert get_adapter("vllm").tier_hits(deltas) == {"local_cache_hit": 100.0, "external_kv_transfer": 900.0}
+    assert get_adapter("sglang").tier_hits(deltas) == {}
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_tier_counter_is_kept(name):
+    adapter = REGISTRY[name]
+    if adapter.tier_counter is not None:
+        assert adapter.tier_counter[0].startswith(adapter.metric_prefixes)

@@ -4,9 +4,9 @@ One subclass per engine, one module each, registered in `kvbench.engines.adapter
 engine-specific that the run needs is asked of the adapter, never hand-dispatched on a name:
 
 - cache reset: `reset()` (with `reset_paths()`, `reset_succeeded()`, `reset_gives_up()`)
-- counters: `hit_counters`, `query_counters`, `source_counters`; `hits()`, `queries()`,
-  `sources()` read them from per-phase deltas; `metric_prefixes` says which /metrics families
-  are kept at all
+- counters: `hit_counters`, `query_counters`, `source_counters`, `tier_counter`; `hits()`,
+  `queries()`, `sources()`, `tier_hits()` read them from per-phase deltas; `metric_prefixes`
+  says which /metrics families are kept at all
 - detection: `owned_by_words` (GET /v1/models) and `metric_words` (GET /metrics), asked in
   `detect_order`
 - prompts: `tokenize_styles` (the /tokenize dialects, first tried first), `extra_body` (added to
@@ -22,7 +22,7 @@ cheap (stdlib only): the CLI builds its help text from the registry.
 from __future__ import annotations
 
 import asyncio
-import time
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -81,6 +81,8 @@ class EngineAdapter:
     query_counters: ClassVar[tuple[str, ...]] = ()  # QUERIED tokens, first present wins
     source_counters: ClassVar[tuple[str, ...]] = ()  # prompt tokens broken down by where they came from
     metric_prefixes: ClassVar[tuple[str, ...]] = ()  # /metrics families kept in metrics.jsonl
+    # (counter, label): cached prompt tokens by where they came from, e.g. the mock's tier="G4"
+    tier_counter: ClassVar[tuple[str, str] | None] = None
 
     # -- detection ------------------------------------------------------------------------------
     owned_by_words: ClassVar[tuple[str, ...]] = ()  # substrings of /v1/models owned_by
@@ -140,6 +142,19 @@ class EngineAdapter:
             for k, v in deltas.items()
             if any(k == n or k.startswith(n + "{") for n in self.source_counters)
         }
+
+    def tier_hits(self, deltas: Mapping[str, float]) -> dict[str, float]:
+        """Delta of `tier_counter` by the value of its label ({} where the engine has none)."""
+        if self.tier_counter is None:
+            return {}
+        name, label = self.tier_counter
+        out: dict[str, float] = {}
+        for key, value in deltas.items():
+            if key.startswith(name + "{") and (
+                m := re.search(rf'(?:^|[{{,]){re.escape(label)}="([^"]*)"', key)
+            ):
+                out[m.group(1)] = out.get(m.group(1), 0.0) + value
+        return out
 
     def pin_request(self, slot: int) -> dict[str, Any]:
         """Body fields that pin a request to one slot; {} where the engine has no slots."""
@@ -215,7 +230,3 @@ class EngineAdapter:
             "restore_ms": (restored.get("timings") or {}).get("restore_ms"),
             "restore_client_ms": restored["client_ms"],
         }
-
-
-def elapsed_ms(t0_ns: int) -> float:
-    return (time.perf_counter_ns() - t0_ns) / 1e6

@@ -17,6 +17,7 @@ class MockAdapter(EngineAdapter):
     hit_counters = ("vllm:prefix_cache_hits_total",)
     query_counters = ("vllm:prefix_cache_queries_total",)
     source_counters = ("vllm:prompt_tokens_by_source_total", "kvbench_mock_tier_hit_tokens_total")
+    tier_counter = ("kvbench_mock_tier_hit_tokens_total", "tier")
     metric_prefixes = ("vllm:", "kvbench_mock_")
     owned_by_words = ("kvbench",)
     # before vLLM: the mock's /metrics carries vllm: names too

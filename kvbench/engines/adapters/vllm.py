@@ -22,6 +22,7 @@ class VllmAdapter(EngineAdapter):
     )
     query_counters = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
     source_counters = ("vllm:prompt_tokens_by_source_total", "vllm:prompt_tokens_by_source")
+    tier_counter = ("vllm:prompt_tokens_by_source_total", "source")  # local_cache_hit, external_kv_transfer
     metric_prefixes = ("vllm:",)
     owned_by_words = ("vllm",)
     metric_words = ("vllm:",)
