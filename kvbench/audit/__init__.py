@@ -114,6 +114,7 @@ from kvbench.audit.ledger import GENERAL_ASSUMPTIONS, ClaimResult, FigureValue, 
 from kvbench.audit.schema import ClaimsFile, load_claims, load_reference, parse_claims
 from kvbench.audit.sizing import sizing_check
 from kvbench.audit.text import format_ledger
+from kvbench.errors import UsageError
 
 __all__ = [
     "ClaimResult",
@@ -131,7 +132,19 @@ __all__ = [
 
 
 def audit(cf: ClaimsFile) -> Ledger:
-    """Recompute every figure, claim, sizing check and bound of a claims file."""
+    """Recompute every figure, claim, sizing check and bound of a claims file.
+
+    A problem found only while computing (a division by zero, an overflow, a zero count in a
+    bound) is a UsageError that names the file, like the problems found when reading it.
+    """
+    try:
+        return _audit(cf)
+    except UsageError as exc:
+        prefix = f"{cf.source}: "
+        raise UsageError(exc.message if exc.message.startswith(prefix) else prefix + exc.message) from None
+
+
+def _audit(cf: ClaimsFile) -> Ledger:
     figs = Figures(cf)
     figs.solve_unknowns()
     claims = [check_claim(figs, c) for c in cf.claims]

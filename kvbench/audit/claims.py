@@ -81,7 +81,7 @@ def _unverifiable(figs: Figures, claim: Claim, result: ClaimResult, names: list[
         result.headline = f"rests on {fv.label} ({how})" + (
             f"; would need {fmt_num(need)} {fv.unit}" if need is not None else ""
         )
-    if implied and not missing:
+    if implied and not missing and any(figs[n].implied_by != claim.id for n in implied):
         try:
             rc = eval_expr(tree, figs.env()).scale(1.0 / parse_unit(claim.unit, figs.cf.units).factor)
             result.notes.append(

@@ -224,6 +224,7 @@ class ClaimsFile(_Strict):
         None, description="measured-vs-published rows for run reports (read by kvbench.report, not here)"
     )
     base_dir: Path | None = Field(None, exclude=True, description="folder of the file (set by the loader)")
+    source: str = Field("claims", exclude=True, description="the file's name in messages (set by the loader)")
 
     @field_validator("schema_")
     @classmethod
@@ -266,7 +267,7 @@ def parse_claims(data: Any, source: str = "claims", base_dir: Path | None = None
     if not isinstance(data, dict):
         raise UsageError(f"{source}: expected a mapping at the top level")
     try:
-        cf = ClaimsFile.model_validate({**_fill_decimals(data), "base_dir": base_dir})
+        cf = ClaimsFile.model_validate({**_fill_decimals(data), "base_dir": base_dir, "source": source})
     except ValidationError as exc:
         problems = [
             f"{_loc(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()

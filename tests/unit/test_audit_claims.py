@@ -249,7 +249,7 @@ def test_planted_claims_file():
 
 def test_bad_claims_file_names_the_path():
     with pytest.raises(UsageError, match=r"claims\[1\]\.expr: unknown figure 'foo'"):
-        load_claims(DATA / "bad_unknown_figure.yaml")
+        load_claims(DATA / "bad" / "unknown_figure.yaml")
 
 
 @pytest.mark.parametrize(
@@ -332,6 +332,6 @@ def test_cli_audit_exit_codes(tmp_path):
         "claims:\n  - {id: c, expr: 'a * 2', stated: 4, unit: s}\n"
     )
     assert runner.invoke(_app(), ["audit", str(good), "--strict"]).exit_code == 0
-    res = runner.invoke(_app(), ["audit", str(DATA / "bad_unknown_figure.yaml")])
+    res = runner.invoke(_app(), ["audit", str(DATA / "bad" / "unknown_figure.yaml")])
     assert isinstance(res.exception, UsageError)
     assert "--strict" in runner.invoke(_app(), ["audit", "--help"]).output
