@@ -126,9 +126,8 @@ def check_claim(figs: Figures, claim: Claim) -> ClaimResult:
         raise UsageError(f"claims '{claim.id}' = {claim.expr}: {exc}") from None
     result.recomputed = rc
     m = match(rc, lo, hi)
-    recomputed = (
-        f"{fmt_num(rc.mid)}{claim.unit}" if claim.unit in ("x", "%") else f"{fmt_num(rc.mid)} {claim.unit}"
-    )
+    shown = fmt_num(rc.mid, None if claim.decimals is None else max(claim.decimals + 1, 0))
+    recomputed = f"{shown}{claim.unit}" if claim.unit in ("x", "%") else f"{shown} {claim.unit}"
     if m is not None:
         result.verdict = "consistent"
         result.headline = f"recomputed {recomputed.strip()}"
@@ -143,7 +142,7 @@ def check_claim(figs: Figures, claim: Claim) -> ClaimResult:
         result.readings, result.unrelated_matches = alternatives(figs, claim, rc)
         result.headline = f"recomputed {recomputed.strip()}"
         if result.readings:
-            result.headline += f"; {result.stated_text} matches " + " or ".join(
+            result.headline += f"; {result.stated_text} = " + ", or ".join(
                 r.brief or r.text for r in result.readings[:2]
             )
         else:

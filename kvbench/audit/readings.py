@@ -139,7 +139,7 @@ def _own(s: _Search, recomputed: Interval) -> None:
                 s.add(
                     f"the {word} from {shown[0]} to {shown[1]} taken relative to the end value {shown[1]}, "
                     f"not the start",
-                    f"the {word} {shown[0]} -> {shown[1]} relative to {shown[1]} ({fmt_num(other.mid, 1)}%)",
+                    f"the {word} taken relative to {shown[1]} ({fmt_num(other.mid, 1)}%)",
                     other,
                     "%",
                     own,
@@ -155,7 +155,7 @@ def _own(s: _Search, recomputed: Interval) -> None:
             au = parse_unit(alt, figs.cf.units)
             v = base.scale(1.0 / au.factor)
             s.add(
-                f"{claim.expr} in {alt} (not {claim.unit})",
+                f"the recomputed {fmt_num(recomputed.mid)} {claim.unit} read in {alt} (not {claim.unit})",
                 f"the same quantity in {alt} ({fmt_num(v.mid)} {alt})",
                 v,
                 alt,
@@ -169,6 +169,12 @@ def _show(figs: Figures, name: str, base: Interval, _u: Unit) -> str:
     if name in figs.values:
         return figs.show(name)
     return fmt_num(base.mid)
+
+
+def _span(a: str, b: str) -> str:
+    """'46.94 -> 55.56 s' when both values carry the same unit, else '4 GB -> 3 GiB'."""
+    ua, ub = a.partition(" ")[2], b.partition(" ")[2]
+    return f"{a.partition(' ')[0]} -> {b}" if ua == ub else f"{a} -> {b}"
 
 
 def _pairs(s: _Search) -> None:
@@ -189,7 +195,7 @@ def _pairs(s: _Search) -> None:
                         word = "rise" if iv.mid > 0 else "drop"
                         text = f"the {word} from {b.label} ({b.show}) to {a.label} ({a.show})"
                         text += ", relative to the first"
-                        brief = f"the {word} {b.show} -> {a.show} ({fmt_num(abs(iv.mid), 1)}%)"
+                        brief = f"the {word} {_span(b.show, a.show)} ({fmt_num(abs(iv.mid), 1)}%)"
                         s.add(text, brief, iv.abs(), "%", figs_ab, depth, False)
                     else:
                         iv = a.base / b.base

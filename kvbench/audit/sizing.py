@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvbench.audit.claims import match
 from kvbench.audit.figures import Figures, geometry_of
 from kvbench.audit.quantities import Interval, fmt_num
 from kvbench.audit.schema import SizingCheck
-from kvbench.audit.units import parse_unit, sibling_units
+from kvbench.audit.units import Unit, parse_unit, sibling_units
 from kvbench.errors import UsageError
 
 
@@ -46,6 +47,36 @@ def _length_notes(
             f"{'must' if over else 'may'} count repeats)"
         )
     return [*notes, text]
+
+
+def _rows(
+    bases: list[tuple[str, Interval, float]],
+    variants: list[tuple[str, float, float]],
+    units: list[Unit],
+    lo: float,
+    hi: float,
+) -> list[dict[str, Any]]:
+    """Every (tokens reading x layers reading) in every unit, with the units its bytes fit in."""
+    rows: list[dict[str, Any]] = []
+    for basis, t, sequences in bases:
+        for layers, bpt, extra in variants:
+            b = t.scale(bpt) + Interval.exact(extra * sequences)
+            row: dict[str, Any] = {"tokens": basis, "layers": layers, "bytes_per_token": bpt, "bytes": b.mid}
+            fits: list[str] = []
+            for u in units:
+                v = b.scale(1.0 / u.factor)
+                row[u.text] = v.mid
+                m = match(v, lo, hi)
+                if m is not None:
+                    fits.append(f"{u.text} ({m})")
+            row["fits"] = fits
+            rows.append(row)
+    return rows
+
+
+def _big(x: float) -> str:
+    """24,000,000 -> '24M' for the one-line conclusion; other numbers as fmt_num prints them."""
+    return f"{x / 1e6:g}M" if x >= 1e6 and (x / 1e6) * 10 == int((x / 1e6) * 10) else fmt_num(x)
 
 
 def sizing_check(figs: Figures, check: SizingCheck) -> dict[str, Any]:
@@ -89,24 +120,9 @@ def sizing_check(figs: Figures, check: SizingCheck) -> dict[str, Any]:
         ),
         (f"all {geo.num_layers} layers (sliding at full size)", geo.bytes_per_token(True), 0.0),
     ]
-    from kvbench.audit.claims import match
-
     # the stated number read in its own unit and in each sibling (825 "GB" that is really GiB)
     units = [stated_unit] + [parse_unit(u, figs.cf.units) for u in sibling_units(stated_unit)]
-    rows: list[dict[str, Any]] = []
-    for basis, t, sequences in bases:
-        for layers, bpt, extra in variants:
-            b = t.scale(bpt) + Interval.exact(extra * sequences)
-            row: dict[str, Any] = {"tokens": basis, "layers": layers, "bytes_per_token": bpt, "bytes": b.mid}
-            fits: list[str] = []
-            for u in units:
-                v = b.scale(1.0 / u.factor)
-                row[u.text] = v.mid
-                m = match(v, lo, hi)
-                if m is not None:
-                    fits.append(f"{u.text} ({m})")
-            row["fits"] = fits
-            rows.append(row)
+    rows = _rows(bases, variants, units, lo, hi)
     if window:
         notes.append(
             f"sliding layers holding only their {geo.sliding_window}-token window keep "
@@ -125,15 +141,14 @@ def sizing_check(figs: Figures, check: SizingCheck) -> dict[str, Any]:
     findings: list[str] = []
     if too_long and per_prompt is not None and per_request is not None:
         findings.append(
-            f"{fmt_num(t_iv.mid)} tokens / {fmt_num(t_iv.mid / per_prompt)} prompts = {fmt_num(per_prompt)} "
-            f"tokens per prompt > the {ctx:,}-token context: the count includes repeats "
-            f"({fmt_num(per_request)} per request)"
+            f"{_big(t_iv.mid)} tokens / {fmt_num(t_iv.mid / per_prompt)} prompts = {fmt_num(per_prompt)} "
+            f"tokens per prompt > the {ctx:,}-token context: the count must include repeats"
         )
     if not fit_rows:
         findings.append(f"no reading of the tokens and the model gives {stated}")
     elif not in_own_unit:
         alt = fit_rows[0]["fits"][0].split(" ")[0]
-        findings.append(f"{stated} fits only read as {alt}")
+        findings.append(f"{stated} fits only as {alt}")
     return {
         "id": check.id,
         "description": check.description,

@@ -57,7 +57,7 @@ def verdict_table(ledger: Ledger) -> list[str]:
 
 
 def _claim_lines(c: ClaimResult) -> list[str]:
-    out = _wrap(f"{MARK[c.verdict]} [{WORD[c.verdict]}] {c.id}: {c.description}".rstrip(": "), "     ")
+    out = _wrap(f"{MARK[c.verdict]} [{WORD[c.verdict]}] {c.id}: {c.description}".rstrip(": "), "     ", "")
     d = None if c.decimals is None else max(c.decimals + 1, 0)
     rng = f"[{fmt_num(c.stated_range[0], d)}, {fmt_num(c.stated_range[1], d)})"
     out.append(f"     stated     {c.stated_text}  (as printed, it stands for {rng})")
@@ -84,7 +84,7 @@ def _claim_lines(c: ClaimResult) -> list[str]:
 
 
 def _sizing_lines(sz: dict[str, Any]) -> list[str]:
-    out = _wrap(f"SIZING {sz['id']}: {sz['description']}", "  ")
+    out = _wrap(f"SIZING {sz['id']}: {sz['description']}", "  ", "")
     out.append(f"  model {sz['model']}; stated {sz['stated']}")
     units = sz["units"]
     for r in sz["rows"]:
@@ -98,7 +98,7 @@ def _sizing_lines(sz: dict[str, Any]) -> list[str]:
 
 
 def _bound_lines(b: dict[str, Any]) -> list[str]:
-    out = _wrap(f"BOUND {b['id']} ({b['kind']}): {b['description']}", "  ")
+    out = _wrap(f"BOUND {b['id']} ({b['kind']}): {b['description']}", "  ", "")
     if "basis" in b:
         out += _wrap(f"basis: {b['basis']}", "    ", "  ")
     out.append("  assumptions:")

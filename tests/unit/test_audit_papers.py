@@ -212,8 +212,8 @@ def test_item12_verdict_table_first_and_short(tmp_path):
     table = "\n".join(lines[:table_end])
     for needle in (
         "!! noisy-reduction",
-        "relative to 3.6 req/s (18.3%)",
-        "825 GB matches the same quantity in GiB",
+        "the drop taken relative to 3.6 req/s (18.3%), or the rise 46.94 -> 55.56 s (18.4%)",
+        "825 GB = the same quantity in GiB (824.0 GiB)",
         "240,000 tokens per prompt > the 131,072-token context",
         "needs prompts sharing >= 91.8% of their tokens",
         "the 1,048 s baseline is 5.3x faster than one GPU can prefill",

@@ -45,7 +45,7 @@ def compute(ctx: Context, b: Bound) -> dict[str, Any]:
             f"scaling from {fmt_num(t2)} s at {fmt_num(n2)}: plausible; the quadratic term is "
             f"{c * n2**2 / t2:.0%} of the time at {fmt_num(n2)} tokens"
         )
-        headline, status = f"{at} is plausible (between quadratic and linear scaling)", "ok"
+        headline, status = f"{at} lies between quadratic and linear scaling: plausible", "ok"
     elif t1 > hi_pred:
         verdict = (
             f"{at} is above linear scaling ({fmt_num(hi_pred)} s): it needs a fixed per-request overhead, "
@@ -59,7 +59,7 @@ def compute(ctx: Context, b: Bound) -> dict[str, Any]:
         headline, status = verdict, "finding"
     b_basis = basis(used)
     if "implied" in b_basis:
-        headline += " (rests on an implied figure)"
+        headline += " (but it rests on an implied figure)"
     return {
         "id": b.id,
         "kind": b.kind,

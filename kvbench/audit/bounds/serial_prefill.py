@@ -194,8 +194,8 @@ def _verdict(out: dict[str, Any], shared: dict[str, Any], gpu_row: dict[str, Any
     out["status"] = "finding"
     out["headline"] = (
         f"the {fmt_num(total)} s baseline is {gain:.1f}x faster than {where} can prefill "
-        f"{fmt_num(requests)} x {fmt_num(n)} tokens ({fmt_num(gpu_time)} s)"
-        + (" (rests on an implied figure)" if "implied" in out["basis"] else "")
+        f"{fmt_num(requests)} x {fmt_num(n)} tokens ({fmt_num(gpu_time)} s"
+        + ("; rests on an implied figure)" if "implied" in out["basis"] else ")")
     )
 
 
