@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvbench.audit.bounds import BOUND_KINDS
 from kvbench.audit.expr import FUNCTIONS, ExprError, expr_dims, expr_names, parse_expr
 from kvbench.audit.quantities import written_decimals
-from kvbench.audit.units import UnitError, parse_unit
 from kvbench.errors import UsageError
 
 SCHEMA = "kvbench-claims/1"
@@ -80,7 +79,10 @@ class Figure(_Strict):
     description: str = Field("", description="what the figure is")
     test: str | list[str] | None = Field(None, description="tag(s) grouping related figures")
 
-    _value_ok = field_validator("value")(classmethod(lambda cls, v: _finite(v)))
+    @field_validator("value")
+    @classmethod
+    def _value_ok(cls, v: float | None) -> float | None:
+        return _finite(v)
 
     @field_validator("id")
     @classmethod
@@ -132,7 +134,10 @@ class Claim(_Strict):
     description: str = Field("", description="the claim in words")
     assumptions: list[str] = Field(default_factory=list, description="assumptions this check makes")
 
-    _stated_ok = field_validator("stated")(classmethod(lambda cls, v: _finite(v)))
+    @field_validator("stated")
+    @classmethod
+    def _stated_ok(cls, v: float | None) -> float | None:
+        return _finite(v)
 
     @field_validator("id")
     @classmethod
@@ -192,7 +197,10 @@ class Bound(_Strict):
     rate_before: str | None = Field(None, description="bandwidth_headroom: figure, throughput without noise")
     rate_after: str | None = Field(None, description="bandwidth_headroom: figure, throughput with noise")
 
-    _stated_ok = field_validator("stated")(classmethod(lambda cls, v: _finite(v)))
+    @field_validator("stated")
+    @classmethod
+    def _stated_ok(cls, v: float | None) -> float | None:
+        return _finite(v)
 
     @field_validator("kind")
     @classmethod
@@ -380,11 +388,6 @@ def load_reference(name: str = "ibm-g4") -> ClaimsFile:
     return load_claims(reference_path(name))
 
 
-def unit_of(text: str, cf: ClaimsFile) -> Any:
-    """parse_unit with the file's extra counted things; UnitError passes through."""
-    return parse_unit(text, cf.units)
-
-
 __all__ = [
     "SCHEMA",
     "Bound",
@@ -396,7 +399,6 @@ __all__ = [
     "ModelSpec",
     "SizingCheck",
     "Source",
-    "UnitError",
     "expr_dims",
     "expr_names",
     "load_claims",

@@ -137,9 +137,24 @@ def geometry_from_fields(fields: dict[str, Any], name: str = "inline") -> KVGeom
             f"(known: {', '.join(sorted(_GEOMETRY_FIELDS))})"
         )
     try:
-        return KVGeometry(**{"name": name, **fields})
+        geo = KVGeometry(**{"name": name, **fields})
     except TypeError as exc:
         raise UsageError(f"model.geometry: {exc}") from None
+    counts = {"num_layers": 1, "num_kv_heads": 1, "head_dim": 1, "num_sliding_layers": 0}
+    for key, least in counts.items():
+        v = getattr(geo, key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise UsageError(f"model.geometry.{key}: expected a whole number >= {least}, got {v!r}")
+    for key in ("sliding_window", "context_length"):
+        v = getattr(geo, key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise UsageError(f"model.geometry.{key}: expected a whole number >= 1, got {v!r}")
+    v = geo.kv_dtype_bytes
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 16:
+        raise UsageError(f"model.geometry.kv_dtype_bytes: expected a number of bytes in (0, 16], got {v!r}")
+    if geo.num_sliding_layers > geo.num_layers:
+        raise UsageError("model.geometry.num_sliding_layers: more sliding layers than layers")
+    return geo
 
 
 def _preset(key: str) -> KVGeometry | None:

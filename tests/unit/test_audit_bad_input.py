@@ -21,6 +21,7 @@ EXPECTED = {
     "claim_division_by_zero.yaml": "claims 'c' = ratio(a, z): division by zero (z = 0)",
     "claim_unit_mismatch.yaml": "claims[0] 'rate-in-gb': the expression gives requests/s",
     "complex_result.yaml": "no real result",
+    "bad_inline_geometry.yaml": "model.geometry.num_layers: expected a whole number >= 1",
     "cycle.yaml": "derived figures form a cycle: a -> b -> a",
     "derived_division_by_zero.yaml": "figures 'rate' = jobs / time: division by zero (time = 0)",
     "derived_unit_mismatch.yaml": "figures[2] 'rate': the expression gives requests/s",

@@ -335,3 +335,20 @@ def test_cli_audit_exit_codes(tmp_path):
     res = runner.invoke(_app(), ["audit", str(DATA / "bad" / "unknown_figure.yaml")])
     assert isinstance(res.exception, UsageError)
     assert "--strict" in runner.invoke(_app(), ["audit", "--help"]).output
+
+
+def test_compare_section_is_accepted_raw():
+    # the report reads `compare:`; the audit keeps it as a raw list without validating it
+    doc = {"name": "x", "figures": [{"id": "a", "value": 1}], "compare": [{"anything": ["goes", 1]}]}
+    cf = parse_claims(doc)
+    assert cf.compare == [{"anything": ["goes", 1]}]
+    assert audit(cf).claims == []
+
+
+def test_reference_is_data_only():
+    import subprocess
+    import sys
+
+    code = "import sys, kvbench.reference; print(sorted(m for m in sys.modules if m.startswith('kvbench.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['kvbench.errors', 'kvbench.reference']"
