@@ -105,30 +105,35 @@ For a discrepancy, alternative readings are searched generically over the
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from kvbench.audit.bounds import BOUND_KINDS, Context
-from kvbench.audit.claims import check_claim
-from kvbench.audit.figures import Figures
-from kvbench.audit.ledger import GENERAL_ASSUMPTIONS, ClaimResult, FigureValue, Ledger, Reading
-from kvbench.audit.schema import ClaimsFile, load_claims, load_reference, parse_claims
-from kvbench.audit.sizing import sizing_check
-from kvbench.audit.text import format_ledger
-from kvbench.errors import UsageError
+if TYPE_CHECKING:
+    from kvbench.audit.ledger import Ledger
+    from kvbench.audit.schema import ClaimsFile
 
-__all__ = [
-    "ClaimResult",
-    "ClaimsFile",
-    "FigureValue",
-    "Ledger",
-    "Reading",
-    "audit",
-    "audit_file",
-    "format_ledger",
-    "load_claims",
-    "load_reference",
-    "parse_claims",
-]
+# Imported on first use, so that `kvbench --help` (which registers audit/commands.py) loads
+# neither pydantic nor yaml.
+_LAZY = {
+    "ClaimResult": "kvbench.audit.ledger",
+    "FigureValue": "kvbench.audit.ledger",
+    "Ledger": "kvbench.audit.ledger",
+    "Reading": "kvbench.audit.ledger",
+    "ClaimsFile": "kvbench.audit.schema",
+    "load_claims": "kvbench.audit.schema",
+    "load_reference": "kvbench.audit.schema",
+    "parse_claims": "kvbench.audit.schema",
+    "format_ledger": "kvbench.audit.text",
+}
+
+__all__ = [*_LAZY, "audit", "audit_file"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kvbench.audit' has no attribute {name!r}")
 
 
 def audit(cf: ClaimsFile) -> Ledger:
@@ -137,6 +142,8 @@ def audit(cf: ClaimsFile) -> Ledger:
     A problem found only while computing (a division by zero, an overflow, a zero count in a
     bound) is a UsageError that names the file, like the problems found when reading it.
     """
+    from kvbench.errors import UsageError
+
     try:
         return _audit(cf)
     except UsageError as exc:
@@ -145,6 +152,12 @@ def audit(cf: ClaimsFile) -> Ledger:
 
 
 def _audit(cf: ClaimsFile) -> Ledger:
+    from kvbench.audit.bounds import BOUND_KINDS, Context
+    from kvbench.audit.claims import check_claim
+    from kvbench.audit.figures import Figures
+    from kvbench.audit.ledger import GENERAL_ASSUMPTIONS, Ledger
+    from kvbench.audit.sizing import sizing_check
+
     figs = Figures(cf)
     figs.solve_unknowns()
     claims = [check_claim(figs, c) for c in cf.claims]
@@ -167,4 +180,6 @@ def _audit(cf: ClaimsFile) -> Ledger:
 
 
 def audit_file(path: Path | str | None = None) -> Ledger:
+    from kvbench.audit.schema import load_claims
+
     return audit(load_claims(path))

@@ -12,32 +12,11 @@ from __future__ import annotations
 from kvbench.audit.expr import ExprError, eval_expr, expr_names, parse_expr
 from kvbench.audit.figures import Figures
 from kvbench.audit.ledger import ClaimResult
-from kvbench.audit.quantities import Interval, fmt_num
+from kvbench.audit.quantities import Interval, fmt_num, match, stated_range
 from kvbench.audit.readings import alternatives
 from kvbench.audit.schema import Claim
 from kvbench.audit.units import parse_unit
 from kvbench.errors import UsageError
-
-
-def stated_range(value: float, decimals: int | None) -> tuple[float, float]:
-    iv = Interval.printed(value, decimals)
-    return iv.lo, iv.hi
-
-
-def rounds_to(x: float, lo: float, hi: float) -> bool:
-    eps = 1e-9 * max(1.0, abs(x))
-    return lo - eps <= x < hi - eps or (lo == hi and abs(x - lo) <= eps)
-
-
-def match(iv: Interval, lo: float, hi: float) -> str | None:
-    """ "exact", "within input rounding" or None."""
-    if rounds_to(iv.mid, lo, hi):
-        return "exact"
-    if lo == hi:
-        return "within input rounding" if iv.lo <= lo <= iv.hi else None
-    if iv.lo < hi and lo < iv.hi:
-        return "within input rounding"
-    return None
 
 
 def fmt_iv(iv: Interval) -> str:

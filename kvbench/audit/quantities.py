@@ -94,6 +94,27 @@ class Interval:
         return self.lo <= x < self.hi or (self.lo == self.hi == x)
 
 
+def stated_range(value: float, decimals: int | None) -> tuple[float, float]:
+    iv = Interval.printed(value, decimals)
+    return iv.lo, iv.hi
+
+
+def rounds_to(x: float, lo: float, hi: float) -> bool:
+    eps = 1e-9 * max(1.0, abs(x))
+    return lo - eps <= x < hi - eps or (lo == hi and abs(x - lo) <= eps)
+
+
+def match(iv: Interval, lo: float, hi: float) -> str | None:
+    """ "exact", "within input rounding" or None."""
+    if rounds_to(iv.mid, lo, hi):
+        return "exact"
+    if lo == hi:
+        return "within input rounding" if iv.lo <= lo <= iv.hi else None
+    if iv.lo < hi and lo < iv.hi:
+        return "within input rounding"
+    return None
+
+
 def fmt_num(value: float, decimals: int | None = None, sig: int = 4) -> str:
     """Format like a human would print it: thousands separators, sensible decimals."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

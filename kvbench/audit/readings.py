@@ -19,7 +19,7 @@ from typing import Any
 from kvbench.audit.expr import eval_expr, expr_names, parse_expr
 from kvbench.audit.figures import Figures
 from kvbench.audit.ledger import Reading
-from kvbench.audit.quantities import Interval, fmt_num
+from kvbench.audit.quantities import Interval, fmt_num, match, stated_range
 from kvbench.audit.schema import Claim
 from kvbench.audit.units import Dims, Unit, parse_unit, sibling_units
 
@@ -87,8 +87,6 @@ class _Search:
     """Collects readings that fall in the stated range."""
 
     def __init__(self, figs: Figures, claim: Claim) -> None:
-        from kvbench.audit.claims import match, stated_range
-
         self.figs, self.claim, self._match = figs, claim, match
         self.unit = parse_unit(claim.unit, figs.cf.units)
         self.lo, self.hi = stated_range(claim.stated, claim.decimals)

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvbench.audit.bounds import BOUND_KINDS
+from kvbench.audit.checks import check_file
 from kvbench.audit.expr import FUNCTIONS, ExprError, expr_dims, expr_names, parse_expr
 from kvbench.audit.quantities import written_decimals
 from kvbench.errors import UsageError
@@ -270,8 +271,6 @@ def _fill_decimals(data: dict[str, Any]) -> dict[str, Any]:
 
 def parse_claims(data: Any, source: str = "claims", base_dir: Path | None = None) -> ClaimsFile:
     """Validate a parsed claims document; UsageError with `path: message` lines."""
-    from kvbench.audit.checks import check_file
-
     if not isinstance(data, dict):
         raise UsageError(f"{source}: expected a mapping at the top level")
     try:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench.audit.claims import match
 from kvbench.audit.figures import Figures, geometry_of
-from kvbench.audit.quantities import Interval, fmt_num
+from kvbench.audit.quantities import Interval, fmt_num, match
 from kvbench.audit.schema import SizingCheck
 from kvbench.audit.units import Unit, parse_unit, sibling_units
 from kvbench.errors import UsageError

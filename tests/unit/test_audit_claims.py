@@ -352,3 +352,15 @@ def test_reference_is_data_only():
     code = "import sys, kvbench.reference; print(sorted(m for m in sys.modules if m.startswith('kvbench.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['kvbench.errors', 'kvbench.reference']"
+
+
+def test_audit_commands_import_is_light():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kvbench.audit.commands; "
+        "print([m for m in ('pandas', 'numpy', 'matplotlib', 'yaml', 'pydantic') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
