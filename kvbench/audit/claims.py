@@ -90,6 +90,8 @@ def check_claim(figs: Figures, claim: Claim) -> ClaimResult:
         stated_text=stated_text(claim.stated, claim.unit, claim.decimals),
     )
     leaves = figs.leaves(names)
+    kinds = {figs[n].basis for n in leaves}
+    result.basis = next((k for k in ("unknown", "implied", "model") if k in kinds), "published")
     if any(figs[n].interval is None or figs[n].kind == "implied" for n in leaves):
         return _unverifiable(figs, claim, result, names)
     try:

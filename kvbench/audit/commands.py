@@ -134,6 +134,9 @@ def register(app: typer.Typer) -> None:
         )
 
         geo = resolve_geometry(model, kv_dtype=kv_dtype)
+        bad = [n for n in lengths or [] if n <= 0]
+        if bad:
+            raise UsageError(f"--length: {bad[0]} is not a positive number of tokens")
         caps: dict[str, float] = {}
         for item in capacity or []:
             if "=" not in item:

@@ -82,6 +82,7 @@ class ClaimResult:
     assumptions: list[str] = field(default_factory=list)
     stated_text: str = ""
     headline: str = ""
+    basis: str = "published"  # published | model | implied | unknown: what the recomputation rests on
     implied_needed: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,6 +103,7 @@ class ClaimResult:
             "unrelated_matches": self.unrelated_matches,
             "assumptions": self.assumptions,
             "stated_text": self.stated_text,
+            "basis": self.basis,
             "headline": self.headline,
             "implied_needed": self.implied_needed,
         }

@@ -239,3 +239,11 @@ def test_item12_strict_fails_on_a_bound_finding_and_json_is_complete(tmp_path):
     assert data["summary"]["bound_findings"] == 2 and data["summary"]["sizing_findings"] == 1
     assert {r["id"] for r in data["verdicts"]} >= {"noisy-reduction", "baseline-gpu-time", "working-set"}
     assert all(r["conclusion"] for r in data["verdicts"])
+
+
+def test_claims_carry_what_they_rest_on():
+    claims = _claims("paper_d_implied.yaml")
+    assert claims["warm-growth"].basis == "published"
+    assert claims["speedup-short"].basis == "implied"
+    assert claims["throughput-gain"].basis == "implied"  # solved from its own stated value
+    assert _claims("paper_b_memory.yaml")["host-cache"].basis == "model"

@@ -125,3 +125,10 @@ def test_tokens_must_be_positive(bad):
     register(app)
     res = CliRunner().invoke(app, ["sizing", "gpt-oss-120b", "--tokens", bad])
     assert isinstance(res.exception, UsageError)
+
+
+def test_lengths_must_be_positive():
+    app = typer.Typer()
+    register(app)
+    res = CliRunner().invoke(app, ["sizing", "gpt-oss-120b", "--length", "-5"])
+    assert isinstance(res.exception, UsageError) and "--length" in str(res.exception)
