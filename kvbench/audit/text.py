@@ -57,6 +57,10 @@ def verdict_table(ledger: Ledger) -> list[str]:
 
 
 def _claim_lines(c: ClaimResult) -> list[str]:
+    if c.verdict == "consistent" and not c.notes and not c.assumptions and c.recomputed is not None:
+        # nothing to explain: one line with what was checked
+        text = f"{c.expr} = {fmt_iv(c.recomputed)} {c.unit}, stated {c.stated_text}"
+        return _wrap(text.replace(" x,", "x,").replace(" %,", "%,"), "     ", f"ok {c.id}: ")
     out = _wrap(f"{MARK[c.verdict]} [{WORD[c.verdict]}] {c.id}: {c.description}".rstrip(": "), "     ", "")
     d = None if c.decimals is None else max(c.decimals + 1, 0)
     rng = f"[{fmt_num(c.stated_range[0], d)}, {fmt_num(c.stated_range[1], d)})"

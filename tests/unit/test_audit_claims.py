@@ -222,7 +222,7 @@ def test_ledger_text_mentions_everything(ledger):
     text = format_ledger(ledger)
     for needle in (
         "[DISCREPANCY] noisy-reduction",
-        "[consistent] rate-cached-vs-total",
+        "ok rate-cached-vs-total: requests_total / total_cached = 4.261 [4.250, 4.272] req/s, stated 4.26",
         "18.36",
         "824.0",
         "91.8%",
