@@ -332,6 +332,10 @@ class ClaimsFile(_Strict):
     claims: list[Claim] = Field(default_factory=list)
     sizing: list[SizingCheck] = Field(default_factory=list)
     bounds: list[Bound] = Field(default_factory=list)
+    compare: list[Any] = Field(
+        default_factory=list,
+        description="measured-vs-published entries for run reports; validated by kvbench.report.published",
+    )
 
     @field_validator("schema_")
     @classmethod

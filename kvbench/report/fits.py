@@ -3,10 +3,11 @@
     warm TTFT = fixed latency + KV bytes moved / effective bandwidth
     cold TTFT = c0 + a * n + c * n^2        (prefill, n = prompt tokens)
 
-The KV bytes of a prompt need the model's geometry: from the manifest's
-``target.mock_profile`` (a dict with ``geometry``: a preset name or KVGeometry
-fields), else the ``--geometry`` preset given by the user, else the target model
-name when it matches a preset; without one the warm fit is per token.
+The KV bytes of a prompt need the model's geometry: from the run's mock profile
+(``target.mock_profile`` names a shipped profile, whose ``geometry`` is a preset;
+older manifests may hold the profile itself), else the ``--geometry`` preset given
+by the user, else the target model name when it matches a preset; without one the
+warm fit is per token. The manifest is read through `report.manifest`.
 Values at lengths outside the measured range are marked as extrapolations.
 """
 
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvbench.kv_geometry import PRESETS, KVGeometry
+from kvbench.report.manifest import RunManifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,24 +27,25 @@ if TYPE_CHECKING:
 EXTRAPOLATE_TO = (30_000, 60_000, 130_000, 200_000)
 
 
-def geometry_for_run(manifest: dict[str, Any], preset: str | None = None) -> tuple[KVGeometry | None, str]:
+def geometry_for_run(
+    manifest: RunManifest | dict[str, Any], preset: str | None = None
+) -> tuple[KVGeometry | None, str]:
     """The run's KV geometry and where it came from (None, "tokens" when unknown)."""
-    target = manifest.get("target") or {}
-    profile = target.get("mock_profile")
-    if isinstance(profile, dict) and profile.get("geometry"):
-        geo = profile["geometry"]
-        if isinstance(geo, str) and geo in PRESETS:
-            return PRESETS[geo], f"manifest target.mock_profile.geometry ({geo})"
-        if isinstance(geo, dict):
-            try:
-                return KVGeometry(**{"name": "mock-profile", **geo}), "manifest target.mock_profile.geometry"
-            except TypeError:
-                pass
+    if isinstance(manifest, dict):
+        manifest = RunManifest(manifest, Path("."))
+    geo, where = manifest.mock_profile_geometry()
+    if isinstance(geo, str) and geo in PRESETS:
+        return PRESETS[geo], f"{where} ({geo})"
+    if isinstance(geo, dict):
+        try:
+            return KVGeometry(**{"name": "mock-profile", **geo}), where
+        except TypeError:
+            pass
     if preset:
         from kvbench.report.sizing import resolve_geometry
 
         return resolve_geometry(preset), f"--geometry {preset}"
-    model = str(target.get("model") or "")
+    model = str(manifest.target.get("model") or "")
     short = model.split("/")[-1].lower()
     if short in PRESETS:
         return PRESETS[short], f"preset matching target.model ({model})"
@@ -213,7 +217,9 @@ def fit_cold(df: pd.DataFrame, label: str = "cold", lengths: Sequence[int] = EXT
     return Fit("cold", formula, params, "prompt tokens", points, rmse, r2, (lo, hi), preds, notes, curve)
 
 
-def fit_run(df: pd.DataFrame, manifest: dict[str, Any], preset: str | None = None) -> dict[str, Any]:
+def fit_run(
+    df: pd.DataFrame, manifest: RunManifest | dict[str, Any], preset: str | None = None
+) -> dict[str, Any]:
     geo, source = geometry_for_run(manifest, preset)
     warm = fit_warm(df, geo)
     cold = fit_cold(df)
