@@ -45,6 +45,7 @@ class LoadShape(_Strict):
     prompt_count: int | None = Field(None, description="distinct prompts built for the run")
     lengths: str | None = Field(None, description="requested prompt lengths, as text")
     shared_prefix_tokens: int | None = Field(None, description="tokens every prompt shares")
+    max_tokens: int | None = Field(None, description="output tokens asked per request")
     source: str = Field(description="where these values were read from")
 
 
@@ -203,20 +204,24 @@ def _lengths_text(lengths: Any) -> str | None:
 
 
 def _shape_from_manifest(load: dict[str, Any], prompts: Any) -> LoadShape:
-    """Lenient on key names: the typed manifest section is being written at the same time."""
+    """results.schema.LoadShape's keys (kind, concurrency, rate, requests, prompt_count, lengths,
+    max_tokens); for a rate load its `concurrency` is the cap on requests in flight."""
     prompts = prompts if isinstance(prompts, dict) else {}
+    kind = load.get("kind")
+    cap = load.get("max_concurrency") or (load.get("concurrency") if kind == "rate" else None)
     return LoadShape(
-        kind=load.get("kind"),
-        concurrency=_int(load.get("concurrency")),
+        kind=kind,
+        concurrency=_int(load.get("concurrency")) if kind != "rate" else None,
         rate_per_s=load.get("rate") if isinstance(load.get("rate"), int | float) else None,
         arrivals=load.get("arrivals"),
-        max_concurrency=_int(load.get("max_concurrency") or load.get("max_in_flight")),
+        max_concurrency=_int(cap),
         requests=_int(load.get("requests")),
         prompt_count=_int(load.get("prompt_count") or load.get("prompts") or prompts.get("count")),
         lengths=load.get("lengths")
         if isinstance(load.get("lengths"), str)
         else _lengths_text(load.get("lengths")),
         shared_prefix_tokens=_int(load.get("shared_prefix_tokens")),
+        max_tokens=_int(load.get("max_tokens")),
         source="manifest load",
     )
 
@@ -238,5 +243,8 @@ def _shape_from_scenario(scn: dict[str, Any], prompts_info: Any) -> LoadShape:
         or (len(lengths) if isinstance(lengths, list) else None),
         lengths=_lengths_text(lengths),
         shared_prefix_tokens=_int(prompts.get("shared_prefix_tokens")),
+        max_tokens=_int((scn.get("output") or {}).get("max_tokens"))
+        if isinstance(scn.get("output"), dict)
+        else None,
         source=SCENARIO_FILE + (" and manifest prompts" if built is not None else ""),
     )

@@ -28,17 +28,19 @@ def load_rows(load: LoadShape | None) -> list[list[str]]:
     elif load.kind == "sequential":
         shape = "sequential, one request at a time"
     elif load.kind is None:
-        shape = "not recorded"
+        shape = f"not recorded ({load.source} has no load section)"
     else:
         shape = load.kind
     rows = [
-        ["load", f"{shape} (from {load.source})"],
+        ["load", shape if load.kind is None else f"{shape} (from {load.source})"],
         ["requests per phase", fmt(load.requests) if load.requests or not load.kind else "one per prompt"],
         ["prompts", fmt(load.prompt_count)],
         ["prompt lengths (tokens)", load.lengths or "n/a"],
     ]
     if load.shared_prefix_tokens:
         rows.append(["shared prefix (tokens)", fmt(load.shared_prefix_tokens)])
+    if load.max_tokens:
+        rows.append(["output tokens per request", fmt(load.max_tokens)])
     return rows
 
 
