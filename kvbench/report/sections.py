@@ -267,7 +267,7 @@ def published_section(summary: RunSummary) -> Section | None:
         "inconsistent: " + (", ".join(p.discrepancies) or "none") + "."
     )
     if scaled:
-        head = ["metric", "measured", f"published x{p.time_scale:g}", "measured, real pace", "published"]
+        head = ["metric", "measured", "published, run's pace", "measured, real pace", "published"]
         rows = [
             [
                 *(r.metric, fmt(r.measured), _or_unscaled(r.published_at_scale)),

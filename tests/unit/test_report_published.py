@@ -128,7 +128,7 @@ def test_report_of_a_scaled_run_shows_the_scaled_figure(tmp_path):
     cold = next(r for r in summary["published"]["rows"] if r["id"] == "ttft-cold-130k")
     assert cold["published_at_scale"] == pytest.approx(0.3214)
     md = (d / "report.md").read_text()
-    assert "0.01 of the modelled pace" in md and "| published x0.01 | measured, real pace |" in md
+    assert "0.01 of the modelled pace" in md and "| published, run's pace | measured, real pace |" in md
 
 
 def test_no_dataset_no_section_and_unknown_dataset_is_a_note(tmp_path):
