@@ -30,22 +30,31 @@ EXTRAPOLATE_TO = (30_000, 60_000, 130_000, 200_000)
 def geometry_for_run(
     manifest: RunManifest | dict[str, Any], preset: str | None = None
 ) -> tuple[KVGeometry | None, str]:
-    """The run's KV geometry and where it came from (None, "tokens" when unknown)."""
-    if isinstance(manifest, dict):
-        manifest = RunManifest(manifest, Path("."))
-    geo, where = manifest.mock_profile_geometry()
-    if isinstance(geo, str) and geo in PRESETS:
-        return PRESETS[geo], f"{where} ({geo})"
-    if isinstance(geo, dict):
+    """The run's KV geometry and where it came from (None, "tokens" when unknown).
+
+    Reading the run (which mock profile, which model) is `report.manifest`'s job;
+    turning that into a geometry is `resolve_geometry_for`'s.
+    """
+    run = manifest if isinstance(manifest, RunManifest) else RunManifest(manifest, Path("."))
+    spec, where = run.mock_profile_geometry()
+    return resolve_geometry_for(spec, where, preset, str(run.target.get("model") or ""))
+
+
+def resolve_geometry_for(
+    profile_geometry: str | dict[str, Any] | None, where: str, preset: str | None, model: str
+) -> tuple[KVGeometry | None, str]:
+    """The mock profile's geometry, else the user's --geometry, else a preset named like the model."""
+    if isinstance(profile_geometry, str) and profile_geometry in PRESETS:
+        return PRESETS[profile_geometry], f"{where} ({profile_geometry})"
+    if isinstance(profile_geometry, dict):
         try:
-            return KVGeometry(**{"name": "mock-profile", **geo}), where
+            return KVGeometry(**{"name": "mock-profile", **profile_geometry}), where
         except TypeError:
             pass
     if preset:
         from kvbench.report.sizing import resolve_geometry
 
         return resolve_geometry(preset), f"--geometry {preset}"
-    model = str(manifest.target.get("model") or "")
     short = model.split("/")[-1].lower()
     if short in PRESETS:
         return PRESETS[short], f"preset matching target.model ({model})"

@@ -229,9 +229,10 @@ def _published_value(ds: Dataset, e: CompareEntry) -> tuple[float | None, str, s
     unit = q.parse_unit(e.unit)
     if e.figure is not None:
         f = next(f for f in ds.ledger.figures if f.id == e.figure)
-        if f.interval is None or f.kind != "published":
+        if f.interval is None or f.kind in ("unpublished", "implied"):
             return None, f"figure {f.id} (not published)", ""
-        return q.convert(f.interval.mid, q.parse_unit(f.unit), unit), f"figure {f.id}", ""
+        source = f"figure {f.id}" + ("" if f.kind == "published" else f" ({f.kind} by kvbench)")
+        return q.convert(f.interval.mid, q.parse_unit(f.unit), unit), source, ""
     if e.claim is not None:
         c = next(c for c in ds.ledger.claims if c.id == e.claim)
         recomputed = c.recomputed.mid if c.recomputed is not None else None
