@@ -65,8 +65,29 @@ class RunManifest:
 
     # ---------------------------------------------------------------- plain fields
 
-    def get(self, key: str) -> Any:
-        return self.raw.get(key)
+    def _str(self, key: str) -> str | None:
+        value = self.raw.get(key)
+        return None if value is None else str(value)
+
+    @property
+    def scenario_name(self) -> str | None:
+        return self._str("scenario_name")
+
+    @property
+    def test(self) -> str | None:
+        return self._str("test")
+
+    @property
+    def started_at(self) -> str | None:
+        return self._str("started_at")
+
+    @property
+    def ended_at(self) -> str | None:
+        return self._str("ended_at")
+
+    @property
+    def error(self) -> str | None:
+        return self._str("error")
 
     @property
     def run_id(self) -> str:
@@ -92,6 +113,30 @@ class RunManifest:
     @property
     def phases(self) -> list[dict[str, Any]]:
         return [p for p in self.raw.get("phases") or [] if isinstance(p, dict)]
+
+    def phase_meta(self) -> dict[str, dict[str, Any]]:
+        """Per phase name, in the order the phases ran: duration_s, noise, cold_verified."""
+        keys = ("duration_s", "noise", "cold_verified")
+        return {str(p["name"]): {k: p.get(k) for k in keys} for p in self.phases if p.get("name")}
+
+    def phase_warnings(self) -> list[str]:
+        """What the manifest says the reader must know about its phases (unverified cold, noise short)."""
+        from kvbench.report.formats import fmt
+
+        notes = []
+        for name, p in self.phase_meta().items():
+            if p["cold_verified"] is False:
+                notes.append(f"phase {name}: the cold cache was NOT verified (cold figures may be warm)")
+            nz = p["noise"] or {}
+            if nz and nz.get("reached_target") is False:
+                mean, target = (
+                    (nz.get("mean_bytes_per_s") or 0) / 1e9,
+                    (nz.get("target_bytes_per_s") or 0) / 1e9,
+                )
+                notes.append(
+                    f"phase {name}: noise reached {fmt(mean)} GB/s, short of its {fmt(target)} GB/s target"
+                )
+        return notes
 
     @property
     def mock_profile_name(self) -> str | None:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+    from kvbench.report.manifest import RunManifest
 
 DEFAULT_SEED = 20261130
 N_BOOT = 2000
@@ -186,12 +189,13 @@ class PhaseStats:
         return asdict(self)
 
 
-def _phase_meta(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for p in manifest.get("phases") or []:
-        if isinstance(p, dict) and p.get("name"):
-            out[str(p["name"])] = p
-    return out
+def _phase_meta(manifest: RunManifest | dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per phase name: duration_s, noise, cold_verified (read through `report.manifest`)."""
+    from kvbench.report.manifest import RunManifest
+
+    if isinstance(manifest, dict):
+        manifest = RunManifest(manifest, Path("."))
+    return manifest.phase_meta()
 
 
 def span_s(group: pd.DataFrame) -> float | None:
@@ -204,7 +208,7 @@ def span_s(group: pd.DataFrame) -> float | None:
 
 
 def phase_stats(
-    df: pd.DataFrame, manifest: dict[str, Any] | None = None, seed: int = DEFAULT_SEED
+    df: pd.DataFrame, manifest: RunManifest | dict[str, Any] | None = None, seed: int = DEFAULT_SEED
 ) -> list[PhaseStats]:
     """One PhaseStats per (phase, label), in the order the phases ran."""
     df = normalise(df)

@@ -220,34 +220,18 @@ def _load_requests(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     return stats.normalise(df), [str(w.message) for w in caught]
 
 
-def _phase_notes(run: RunManifest) -> list[str]:
-    from kvbench.report.formats import fmt
-
-    notes = []
-    for p in run.phases:
-        if p.get("cold_verified") is False:
-            notes.append(f"phase {p.get('name')}: the cold cache was NOT verified (cold figures may be warm)")
-        nz = p.get("noise") or {}
-        if nz and nz.get("reached_target") is False:
-            notes.append(
-                f"phase {p.get('name')}: noise reached {fmt((nz.get('mean_bytes_per_s') or 0) / 1e9)} GB/s, "
-                f"short of its {fmt((nz.get('target_bytes_per_s') or 0) / 1e9)} GB/s target"
-            )
-    return notes
-
-
 def _run_info(run: RunManifest, n_requests: int) -> RunInfo:
     status = run.status
-    error = run.get("error")
+    error = run.error
     return RunInfo(
         run_id=run.run_id,
         run_dir=str(run.run_dir),
-        scenario=run.get("scenario_name"),
-        test=run.get("test"),
+        scenario=run.scenario_name,
+        test=run.test,
         status=status,
         status_text=STATUS_TEXT.get(status, status) + (f": {error}" if status == "failed" and error else ""),
-        started_at=run.get("started_at"),
-        ended_at=run.get("ended_at"),
+        started_at=run.started_at,
+        ended_at=run.ended_at,
         target=run.target,
         simulated=run.simulated,
         reference=run.reference,
@@ -266,10 +250,10 @@ def build_summary(
     run = read_run_manifest(run_dir)
     df, notes = _load_requests(run.run_dir)
     seed_ = stats.DEFAULT_SEED if seed is None else seed
-    phase_list = stats.phase_stats(df, run.raw, seed=seed_)
+    phase_list = stats.phase_stats(df, run, seed=seed_)
     if df.empty:
         notes.append("no requests were recorded")
-    notes += _phase_notes(run)
+    notes += run.phase_warnings()
     errors = sum(p.errors for p in phase_list)
     if errors:
         notes.append(f"{errors} failed requests are counted as errors and left out of latency statistics")
