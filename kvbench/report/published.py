@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import string
+import typing
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -98,8 +99,6 @@ class _Target:
 
 def _field_target(path: str) -> _Target:
     """Walk RunSummary's fields along `path`; ValueError naming the first unknown segment."""
-    import typing
-
     model: Any = RunSummary
     unit: str | None = None
     lists = 0
