@@ -28,6 +28,7 @@ import string
 import typing
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -192,10 +193,18 @@ def parse_compare(
 
 
 def _quantities() -> Any:
-    """The unit and expression helpers (kept behind one import: they move to kvbench.audit)."""
-    from kvbench.report import quantities
+    """The unit and expression helpers the comparison uses, behind ONE import (they move to kvbench.audit)."""
+    from kvbench.report.quantities import ExprError, convert, eval_expr, fmt_num, parse_expr, parse_unit
 
-    return quantities
+    return SimpleNamespace(
+        ExprError=ExprError,
+        convert=convert,
+        eval_expr=eval_expr,
+        fmt_num=fmt_num,
+        parse_expr=parse_expr,
+        parse_unit=parse_unit,
+        same_dimension=lambda a, b: a.dims == b.dims,
+    )
 
 
 @dataclass(frozen=True)
