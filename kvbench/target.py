@@ -31,6 +31,11 @@ class TargetInfo:
     mock: Any = None  # the spawned mock handle, when kind == "mock"
     header_names: list[str] = field(default_factory=list)
 
+    @property
+    def mock_time_scale(self) -> float | None:
+        """Real seconds per modelled second of the embedded mock (the report compares at that pace)."""
+        return getattr(self.mock, "time_scale", None) if self.kind == "mock" else None
+
     def manifest(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -39,6 +44,7 @@ class TargetInfo:
             "engine": self.engine,
             "api": self.api,
             "mock_profile": self.mock_profile,
+            "mock_time_scale": self.mock_time_scale,
             "server_version": self.server_version,
             "max_model_len": self.max_model_len,
             "headers": {name: REDACTED for name in self.header_names},

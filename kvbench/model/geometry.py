@@ -200,26 +200,24 @@ def _read_config(path: Path, kv_dtype: str | None) -> KVGeometry:
     return geometry_from_config(config, name=name, kv_dtype=kv_dtype)
 
 
-def geometry_for_run(manifest: dict[str, Any], preset: str | None = None) -> tuple[KVGeometry | None, str]:
+def geometry_for_target(
+    profile_geometry: str | dict[str, Any] | None, where: str, preset: str | None, model: str
+) -> tuple[KVGeometry | None, str]:
     """A run's KV geometry and where it came from (None, "tokens" when unknown).
 
-    From the manifest's ``target.mock_profile.geometry`` (a preset name or fields), else the
-    user's `preset` (a preset or config.json), else the target model name when it is a preset.
+    The mock profile's geometry (a preset name or fields) wins, else the user's `preset` (a preset
+    or config.json), else the target model name when it is a preset. Reading these from a run's
+    manifest is the report's job (`kvbench.report.manifest`).
     """
-    target = manifest.get("target") or {}
-    profile = target.get("mock_profile") if isinstance(target, dict) else None
-    if isinstance(profile, dict) and profile.get("geometry"):
-        geo = profile["geometry"]
-        if isinstance(geo, str) and geo in PRESETS:
-            return PRESETS[geo], f"manifest target.mock_profile.geometry ({geo})"
-        if isinstance(geo, dict):
-            try:
-                return geometry_from_fields(geo, "mock-profile"), "manifest target.mock_profile.geometry"
-            except UsageError:
-                pass
+    if isinstance(profile_geometry, str) and profile_geometry in PRESETS:
+        return PRESETS[profile_geometry], f"{where} ({profile_geometry})"
+    if isinstance(profile_geometry, dict):
+        try:
+            return geometry_from_fields(profile_geometry, "mock-profile"), where
+        except UsageError:
+            pass
     if preset:
         return resolve_geometry(preset), f"--geometry {preset}"
-    model = str(target.get("model") or "") if isinstance(target, dict) else ""
     short = model.split("/")[-1].lower()
     if short in PRESETS:
         return PRESETS[short], f"preset matching target.model ({model})"

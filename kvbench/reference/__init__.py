@@ -4,8 +4,8 @@
 
 `available()` lists them and `reference_path(name)` finds a dataset's file; nothing here
 imports analysis code. Reading and validating a dataset is `kvbench.audit.load_reference`
-(schema: `kvbench/audit/__init__.py`). `published_points` stays here until the report
-moves it to `kvbench/report/published.py`.
+(schema: `kvbench/audit/__init__.py`); the `compare:` section (which measured quantity a run
+report sets next to which published figure) is read by `kvbench.report.published`.
 """
 
 from __future__ import annotations
@@ -28,28 +28,3 @@ def reference_path(name: str = DEFAULT) -> Path:
     if not path.is_file():
         raise UsageError(f"reference: unknown dataset '{name}' (shipped: {', '.join(available())})")
     return path
-
-
-def published_points(name: str = DEFAULT) -> dict[str, list[tuple[int, float]]]:
-    """Published TTFT points as {"cold": [(tokens, ttft_ms)], "warm": [...]}.
-
-    Read from figures named ``ttft_uncached_<N>k`` / ``ttft_cached_<N>k`` with a
-    published value (in seconds or milliseconds); unpublished ones are skipped.
-    """
-    from kvbench.audit.schema import load_reference
-    from kvbench.audit.units import convert, parse_unit
-
-    cf = load_reference(name)
-    out: dict[str, list[tuple[int, float]]] = {"cold": [], "warm": []}
-    ms = parse_unit("ms")
-    for fig in cf.figures:
-        if fig.value is None:
-            continue
-        for prefix, key in (("ttft_uncached_", "cold"), ("ttft_cached_", "warm")):
-            rest = fig.id.removeprefix(prefix)
-            if rest != fig.id and rest.endswith("k") and rest[:-1].isdigit():
-                tokens = int(rest[:-1]) * 1000
-                out[key].append((tokens, convert(fig.value, parse_unit(fig.unit), ms)))
-    for pts in out.values():
-        pts.sort()
-    return out

@@ -32,8 +32,8 @@ def register(app: typer.Typer) -> None:
         """Write summary.json, report.md, report.html (self-contained) and PNG plots into RUN_DIR.
 
         Statistics per phase and label (TTFT, ITL, end-to-end, dispatch delay, requests/s, tokens/s),
-        speedups recomputed from the data with bootstrap 95% CIs, model fits, and, for runs with
-        reference ibm-g4, measured next to published figures. Works offline.
+        speedups recomputed from the data with bootstrap 95% CIs, model fits, and, for runs naming a
+        reference dataset (ibm-g4), measured next to published figures. Works offline.
         """
         from kvbench.report.render import write_report
 
@@ -59,6 +59,6 @@ def register(app: typer.Typer) -> None:
 
         Ratios are against the FIRST run given, matched by label (cold, warm, cached, baseline, quiet, noisy).
         """
-        from kvbench.report.render import compare_runs
+        from kvbench.report.compare import compare_runs
 
         compare_runs(run_dirs, out, quiet=quiet)

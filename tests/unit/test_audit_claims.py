@@ -9,20 +9,19 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from kvbench.audit import audit, format_ledger, load_claims, parse_claims
 from kvbench.audit.commands import register
+from kvbench.audit.expr import ExprError, eval_expr, parse_expr
+from kvbench.audit.quantities import Interval
+from kvbench.audit.units import parse_unit
 from kvbench.errors import UsageError
-from kvbench.report.claims import (
-    audit,
+from kvbench.model.prefill import (
     cold_reuse_speedup,
     fit_prefill,
-    format_ledger,
-    load_claims,
-    parse_claims,
     required_shared_fraction,
     shared_fraction_for_suffix,
     suffix_time,
 )
-from kvbench.report.quantities import ExprError, Interval, eval_expr, parse_expr, parse_unit
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "claims"
 

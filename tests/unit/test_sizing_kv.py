@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from kvbench.audit.commands import register
 from kvbench.errors import UsageError
-from kvbench.kv_geometry import GPT_OSS_120B
+from kvbench.model.kv_geometry import GPT_OSS_120B
 from kvbench.report.sizing import (
     geometry_from_config,
     parse_size,
