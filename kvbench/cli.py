@@ -57,7 +57,7 @@ def _register_subcommands() -> None:
     for module_name in (
         "kvbench.mock.commands",
         "kvbench.report.commands",
-        "kvbench.noise_commands",
+        "kvbench.noise.commands",
         "kvbench.engines.commands",
     ):
         try:
