@@ -85,9 +85,15 @@ class _CountingConfig:
         return {"kind": "counting"}
 
 
-async def test_a_new_kind_is_one_registration(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(noise._REGISTRY, "counting", _Counting)
-    assert "counting" in noise_kinds()
+@pytest.fixture
+def counting_kind():
+    register_noise_kind("counting", _Counting)
+    yield
+    noise._REGISTRY.pop("counting")
+
+
+async def test_a_new_kind_is_one_registration(counting_kind: None) -> None:
+    assert noise_kinds()[-1] == "counting"
     backend = noise_generator(_CountingConfig(), phase="noisy-1", writer=None, origin_ns=0)
     async with backend as handle:
         assert handle.active and handle.phase == "noisy-1"
