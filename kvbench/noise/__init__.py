@@ -16,15 +16,18 @@ when the phase ends, raises or is cancelled: no process or socket outlives the b
 Hygiene: the sink binds 127.0.0.1 unless told otherwise (sink.py); a generator refuses to start
 without an explicit target; every loop is bounded in time (max_duration_s).
 
-The registry. A kind maps to its backend factory, `factory(cfg, NoiseContext) -> NoiseBackend`
-(the interface is in backend.py: start / sample_bytes / stop). Built-in kinds are registered as
-"module:attribute" strings and imported on first use, for two reasons: listing the kinds
+The registry. A (kind, cluster) pair maps to its backend factory, `factory(cfg, NoiseContext) ->
+NoiseBackend` (the interface is in backend.py: start / sample_bytes / stop). `cluster` says where
+the generators run: "local" (child processes of this kvbench, the only one built in) or, added
+later, e.g. "ray" (the same generators in actors on other nodes): a module that registers its
+factory for the kinds it can place, and a caller that passes cluster="ray". Built-in entries are
+"module:attribute" strings imported on first use, for two reasons: listing the kinds
 (noise_kinds(), from which the scenario's list of kinds can be derived) costs nothing, and this
 package stays free of imports, because every tcp sender process imports it on its way to
 kvbench.noise.sender and must start in milliseconds. So: no import here but inside functions, and
-no `typing` at run time (TYPE_CHECKING below is the constant mypy understands). Adding a kind
-(a remote backend, say) is one module with its backend class plus one register_noise_kind() line
-(and its config section in the scenario's noise union).
+no `typing` at run time (TYPE_CHECKING below is the constant mypy understands). Adding a kind is
+one module with its backend class, one register_noise_kind() line, and its config section in the
+scenario's noise union.
 """
 
 from __future__ import annotations
@@ -42,39 +45,44 @@ if TYPE_CHECKING:
 
     NoiseFactory = Callable[[Any, NoiseContext], NoiseBackend]
 
-_REGISTRY: dict[str, NoiseFactory | str] = {}
+LOCAL = "local"
+_REGISTRY: dict[tuple[str, str], NoiseFactory | str] = {}  # (cluster, kind) -> factory
 
 
-def register_noise_kind(kind: str, factory: NoiseFactory | str, *, replace: bool = False) -> None:
-    """Make `kind` available to noise_generator().
+def register_noise_kind(
+    kind: str, factory: NoiseFactory | str, *, cluster: str = LOCAL, replace: bool = False
+) -> None:
+    """Make `kind` available to noise_generator() on `cluster`.
 
     `factory` is called as factory(cfg, ctx) and returns a NoiseBackend; a "module:attribute"
-    string is imported when the kind is first used. Registering a taken kind is a programming
-    error unless `replace` is set (tests, or a backend that deliberately overrides a built-in one).
+    string is imported when the kind is first used. Registering a taken pair is a programming
+    error unless `replace` is set.
     """
-    if kind in _REGISTRY and not replace:
-        raise ValueError(f"noise kind {kind!r} is already registered")
-    _REGISTRY[kind] = factory
+    if (cluster, kind) in _REGISTRY and not replace:
+        raise ValueError(f"noise kind {kind!r} is already registered for cluster {cluster!r}")
+    _REGISTRY[(cluster, kind)] = factory
 
 
-def noise_kinds() -> tuple[str, ...]:
-    """Every registered noise kind, in registration order (built-ins first)."""
-    return tuple(_REGISTRY)
+def noise_kinds(cluster: str = LOCAL) -> tuple[str, ...]:
+    """The noise kinds registered for `cluster`, in registration order (built-ins first)."""
+    return tuple(kind for where, kind in _REGISTRY if where == cluster)
 
 
-def noise_backend_factory(kind: str) -> NoiseFactory:
-    """The factory registered for `kind`; UsageError (one line) for a kind nobody registered."""
-    entry = _REGISTRY.get(kind)
+def noise_backend_factory(kind: str, cluster: str = LOCAL) -> NoiseFactory:
+    """The factory registered for `kind` on `cluster`; UsageError (one line) when there is none."""
+    entry = _REGISTRY.get((cluster, kind))
     if entry is None:
         from kvbench.errors import UsageError
 
-        raise UsageError(f"noise.kind: unknown noise kind {kind!r} (known: {', '.join(_REGISTRY)})")
+        known = ", ".join(noise_kinds(cluster)) or "none registered"
+        where = "" if cluster == LOCAL else f" on cluster {cluster!r}"
+        raise UsageError(f"noise.kind: unknown noise kind {kind!r}{where} (known: {known})")
     if isinstance(entry, str):
         import importlib
 
         module, _, attr = entry.partition(":")
         entry = getattr(importlib.import_module(module), attr)
-        _REGISTRY[kind] = entry
+        _REGISTRY[(cluster, kind)] = entry
     return entry
 
 
@@ -85,9 +93,10 @@ def noise_generator(
     writer: RowWriter | None,
     origin_ns: int,
     default_targets: list[str] | None = None,
+    cluster: str = LOCAL,
 ) -> NoiseBackend:
-    """The backend for `cfg` (a scenario noise section, dispatched on `cfg.kind`), to be entered
-    (`async with ... as handle`) just before a measured phase.
+    """The backend for `cfg` (a scenario noise section, dispatched on `cfg.kind`) on `cluster`,
+    to be entered (`async with ... as handle`) just before a measured phase.
 
     Raises UsageError (at construction, before anything starts) for a config that cannot run:
     no target, a missing program, a path that does not exist, an unknown kind.
@@ -97,7 +106,7 @@ def noise_generator(
     ctx = NoiseContext(
         phase=phase, writer=writer, origin_ns=origin_ns, default_targets=tuple(default_targets or ())
     )
-    return noise_backend_factory(cfg.kind)(cfg, ctx)
+    return noise_backend_factory(cfg.kind, cluster)(cfg, ctx)
 
 
 register_noise_kind("none", "kvbench.noise.backend:NoNoiseBackend")
@@ -130,6 +139,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "LOCAL",
     "NoNoiseBackend",
     "NoiseBackend",
     "NoiseContext",

@@ -50,6 +50,16 @@ def test_unknown_kind_is_a_one_line_usage_error() -> None:
     assert "\n" not in exc.value.message
 
 
+def test_kinds_are_per_cluster() -> None:
+    """A remote cluster (ray, next) registers its own factories; none are there until it does."""
+    assert noise_kinds("ray") == ()
+    with pytest.raises(UsageError) as exc:
+        noise_backend_factory("tcp", "ray")
+    assert (
+        exc.value.message == "noise.kind: unknown noise kind 'tcp' on cluster 'ray' (known: none registered)"
+    )
+
+
 def test_registering_a_taken_kind_needs_replace() -> None:
     with pytest.raises(ValueError, match="already registered"):
         register_noise_kind("tcp", "kvbench.noise.tcp:TcpNoiseBackend")
@@ -89,7 +99,7 @@ class _CountingConfig:
 def counting_kind():
     register_noise_kind("counting", _Counting)
     yield
-    noise._REGISTRY.pop("counting")
+    noise._REGISTRY.pop(("local", "counting"))
 
 
 async def test_a_new_kind_is_one_registration(counting_kind: None) -> None:
