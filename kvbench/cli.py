@@ -58,7 +58,7 @@ def _register_subcommands() -> None:
         "kvbench.mock.commands",
         "kvbench.report.commands",
         "kvbench.audit.commands",
-        "kvbench.noise_commands",
+        "kvbench.noise.commands",
         "kvbench.engines.commands",
     ):
         try:

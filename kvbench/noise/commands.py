@@ -1,7 +1,7 @@
 """`kvbench noise ...`: sink (the receiver of tcp noise) and tcp (a standalone generator).
 
-Thin: parse, call one function, print. kvbench.noise is imported inside the commands so
-that `kvbench --help` stays instant.
+Thin: parse, call one function, print. The generators and the sink are imported inside the
+commands so that `kvbench --help` stays instant (this package's __init__ imports nothing).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ async def _run_sink(host: str, port: int, duration: float | None) -> None:
     import asyncio
     import time
 
-    from kvbench.noise import format_rate, tcp_sink
+    from kvbench.noise.handle import format_rate
+    from kvbench.noise.sink import tcp_sink
 
     async with tcp_sink(host, port) as sink:
         print(f"listening on {sink.address}", flush=True)
@@ -104,15 +105,16 @@ async def _run_tcp(cfg: TcpNoise, duration: float) -> dict[str, Any]:
     import asyncio
     import time
 
-    from kvbench.noise import format_rate, noise_generator
+    from kvbench.noise import noise_generator
+    from kvbench.noise.handle import format_rate
 
-    class _Printer:  # a JsonlWriter look-alike that prints the total rows
+    class _Printer:  # a RowWriter that prints the total rows
         def write(self, row: dict[str, Any]) -> None:
             if row["client"] == "total":
                 print(f"t={row['t_ns'] / 1e9:7.1f}s  {format_rate(row['bytes_per_s'])}", flush=True)
 
     origin = time.perf_counter_ns()
-    async with noise_generator(cfg, phase="cli", writer=_Printer(), origin_ns=origin) as handle:  # type: ignore[arg-type]
+    async with noise_generator(cfg, phase="cli", writer=_Printer(), origin_ns=origin) as handle:
         while handle.active and (time.perf_counter_ns() - origin) / 1e9 < duration:
             await asyncio.sleep(0.1)
     return handle.summary()
