@@ -1,0 +1,85 @@
+"""Which node each remote client runs on: the alive nodes, and a pure, recorded placement.
+
+    spread   one client per node while nodes last, then round again (the published set-up: four
+             noise machines); nodes other than the driver's come first, so that the noise does not
+             share the NIC of the measured load when the cluster has room elsewhere
+    pack     fill a node up to its CPUs (per-client CPUs from the cluster section) before the next
+
+The placement is computed here, from `ray.nodes()`, and pinned with a hard node affinity, rather
+than left to a Ray placement group: the manifest can then say where every client was meant to run
+and where it did, and a test can check it without a network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Placement = Literal["spread", "pack"]
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One alive Ray node, as placement needs it."""
+
+    node_id: str
+    ip: str
+    hostname: str
+    cpus: float
+
+    def record(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "ip": self.ip, "hostname": self.hostname, "cpus": self.cpus}
+
+
+def alive_nodes(ray: Any) -> list[NodeInfo]:
+    """The cluster's alive nodes, in a stable order (by node id)."""
+    nodes = [
+        NodeInfo(
+            node_id=str(n["NodeID"]),
+            ip=str(n.get("NodeManagerAddress", "")),
+            hostname=str(n.get("NodeManagerHostname", "")),
+            cpus=float((n.get("Resources") or {}).get("CPU", 0.0)),
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+    return sorted(nodes, key=lambda n: n.node_id)
+
+
+def place(
+    count: int,
+    nodes: Sequence[NodeInfo],
+    strategy: Placement,
+    *,
+    cpus_per_client: float,
+    driver_node_id: str | None = None,
+) -> list[NodeInfo]:
+    """The node of each of `count` clients. Nodes other than the driver's come first.
+
+    spread: round-robin over the nodes. pack: as many as a node's CPUs hold (all on the first node
+    when clients ask for no CPU), then the next; beyond the cluster's capacity, round-robin again
+    (Ray then queues them, and the start-up deadline records the ones that never ran).
+    """
+    if count <= 0:
+        return []
+    if not nodes:
+        raise ValueError("no alive node to place on")
+    order = sorted(nodes, key=lambda n: (n.node_id == driver_node_id, n.node_id))
+    if strategy == "spread":
+        return [order[i % len(order)] for i in range(count)]
+    out: list[NodeInfo] = []
+    for node in order:
+        room = count if cpus_per_client <= 0 else math.floor(node.cpus / cpus_per_client + 1e-9)
+        out.extend([node] * min(room, count - len(out)))
+        if len(out) == count:
+            return out
+    return out + [order[i % len(order)] for i in range(count - len(out))]
+
+
+def node_affinity(node_id: str) -> Any:
+    """The scheduling strategy that pins an actor to `node_id` (hard: it runs there or not at all)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)

@@ -1,0 +1,73 @@
+"""A real Ray cluster for tests: a head and two worker nodes, each its own raylet, on this machine.
+
+Ray's own multi-node test harness (`ray.cluster_utils.Cluster`), not a mock: actors placed on a
+node run in that node's worker processes. Kept small for a 2-core box: logical CPUs only (no real
+reservation), the smallest object store Ray accepts, no dashboard. Start it once per module
+with `ray_test_cluster()`. Not `kill_child_processes_on_worker_exit_with_raylet_subreaper`: it makes
+every subprocess exit status read 0 in the driver (see kvbench.cluster.session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+OBJECT_STORE = 80 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def ray_test_cluster(workers: int = 2, cpus: int = 2):
+    """Yield (cluster, ray) with this process connected as the driver; everything stops after."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'kvbench[ray]'")
+    from ray.cluster_utils import Cluster
+
+    from kvbench.cluster import session
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": cpus,
+            "object_store_memory": OBJECT_STORE,
+            "include_dashboard": False,
+        },
+    )
+    try:
+        for _ in range(workers):
+            cluster.add_node(num_cpus=cpus, object_store_memory=OBJECT_STORE)
+        cluster.wait_for_nodes()
+        ray.init(
+            address=cluster.address,
+            namespace="kvbench-test",
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+        yield cluster, ray
+    finally:
+        session.disconnect()
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        cluster.shutdown()
+
+
+def cmdlines(needle: str) -> list[str]:
+    """Command lines on this machine that contain `needle` (every test-cluster node is here)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            with contextlib.suppress(OSError):
+                line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if needle in line:
+                    out.append(line)
+    return out
+
+
+def actor_states(ray, actors) -> list[str]:
+    """The GCS's view of each actor (ALIVE, DEAD, ...), without the dashboard's state API."""
+    from ray._private import state
+
+    table = state.actors()
+    return [table.get(a._actor_id.hex(), {}).get("State", "UNKNOWN") for a in actors]

@@ -1,0 +1,220 @@
+"""Noise on a real Ray cluster (head + 2 nodes on this machine): clients spread over the nodes,
+per-node rows that add up, the mock's fabric sees the bytes, failures are recorded, and nothing
+runs afterwards, not even after an interrupt."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import aiohttp
+import pytest
+from raycluster import actor_states, cmdlines, ray_test_cluster
+
+from kvbench.cluster import ray_available
+from kvbench.cluster.session import ClusterLimits, connect
+from kvbench.errors import UsageError
+from kvbench.mock.server import MockServer
+from kvbench.noise import noise_generator
+from kvbench.noise.ray_backend import RayNoiseBackend
+from kvbench.noise.ray_plan import RayNoiseOptions
+from kvbench.noise.sink import tcp_sink
+from kvbench.scenario import TcpNoise
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.skipif(not ray_available(), reason="Ray is not installed: pip install 'kvbench[ray]'"),
+]
+ROOT = Path(__file__).resolve().parents[2]
+LIMITS = ClusterLimits(cpus_per_noise_client=0.5, start_timeout_s=60.0)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ray_test_cluster() as (c, ray):
+        connect(limits=LIMITS)  # the test's own connection, with small per-actor reservations
+        yield c, ray
+
+
+class Rows(list):
+    def write(self, row):
+        self.append(row)
+
+
+def _ctx_backend(cfg, rows, clients, placement="spread", default_targets=()):
+    from kvbench.noise.backend import NoiseContext
+
+    ctx = NoiseContext(
+        phase="noisy-1", writer=rows, origin_ns=time.perf_counter_ns(), default_targets=default_targets
+    )
+    return RayNoiseBackend(cfg, ctx, RayNoiseOptions(clients=clients, placement=placement))
+
+
+async def _fabric_real_bytes(srv) -> float:
+    async with aiohttp.ClientSession() as s, s.get(srv.base_url + "/metrics") as r:
+        text = await r.text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("kvbench_mock_fabric_noise_real_bytes_total"))
+    return float(line.split()[-1])
+
+
+async def test_four_clients_spread_over_the_nodes_feed_the_mock_fabric(cluster):
+    _, ray = cluster
+    rows = Rows()
+    cfg = TcpNoise(senders=1, rate_bytes_per_s=40e6, chunk_bytes=65536, max_duration_s=60)
+    async with MockServer("ci", fabric_port=0) as srv:
+        host, port = srv.fabric_address
+        backend = _ctx_backend(cfg, rows, clients=4, default_targets=(f"{host}:{port}",))
+        async with backend as handle:
+            await asyncio.sleep(3.2)
+            assert len(cmdlines(f"kvbench.noise.sender {host} {port}")) == 4  # one sender per client
+        summary = handle.summary()
+        await asyncio.sleep(0.3)  # the sink reads what was in flight
+        fabric = await _fabric_real_bytes(srv)
+    clients = [r for r in rows if r["client"] != "total"]
+    totals = [r for r in rows if r["client"] == "total"]
+    # placement: spread = one per node while nodes last, the driver's (head) node last
+    cl = summary["cluster"]
+    assert cl["placement"] == "spread" and cl["clients_running"] == 4
+    assert len({r["node_id"] for r in clients}) >= 2 and len(cl["nodes"]) == 3
+    assert sorted(len(n["clients"]) for n in cl["nodes"]) == [1, 1, 2]
+    assert all(r["hostname"] for r in clients)
+    # every total row is the sum of its client rows; the rows add up to the manifest's totals
+    by_t = defaultdict(int)
+    for r in clients:
+        by_t[r["t_ns"]] += r["bytes"]
+    assert {r["t_ns"]: r["bytes"] for r in totals} == dict(by_t)
+    assert sum(r["bytes"] for r in totals) == summary["total_bytes"] > 0
+    assert summary["total_bytes"] == sum(c["bytes"] for c in summary["clients"])
+    assert summary["total_bytes"] == sum(n["bytes"] for n in cl["nodes"])
+    for c in summary["clients"]:
+        assert c["state"] == "stopped" and c["error"] is None and c["gb_per_s"] >= 0
+        assert c["node_id"] and c["hostname"] and "clock_offset_ns" in c
+    assert summary["warning"] is None and summary["reached_target"] is True
+    print(json.dumps(cl["nodes"]))  # the per-node summary, for `pytest -s`
+    assert len(totals) >= 3 and summary["gb_per_s"] == round(summary["mean_bytes_per_s"] / 1e9, 3)
+    # the mock's fabric counter saw the bytes (all but what was still in a socket buffer at close)
+    assert 0.9 * summary["total_bytes"] <= fabric <= summary["total_bytes"]
+    # nothing left running: no sender on any node, every actor dead
+    assert cmdlines(f"kvbench.noise.sender {host} {port}") == []
+    assert set(actor_states(ray, [c.actor for c in backend.clients])) == {"DEAD"}
+
+
+async def test_a_dead_or_slow_client_is_recorded_and_the_noise_goes_on(cluster):
+    _, ray = cluster
+    rows = Rows()
+    # 3 clients asked for 30 GB/s each: none reaches it on this box; one is killed midway
+    cfg = TcpNoise(senders=1, rate_bytes_per_s=90e9, chunk_bytes=65536, max_duration_s=60)
+    async with tcp_sink() as sink:
+        backend = _ctx_backend(cfg, rows, clients=3, default_targets=(sink.address,))
+        async with backend as handle:
+            await asyncio.sleep(1.5)
+            ray.kill(backend.clients[1].actor, no_restart=True)
+            await asyncio.sleep(2.5)
+            assert handle.active
+        summary = handle.summary()
+    states = {c["client"]: c["state"] for c in summary["clients"]}
+    assert states == {"ray-0": "stopped", "ray-1": "lost", "ray-2": "stopped"}
+    lost = summary["clients"][1]
+    assert lost["error"].startswith("lost") and lost["bytes"] > 0
+    assert summary["cluster"]["clients_lost"] == ["ray-1"]
+    assert "ray-1 on" in summary["warning"] and "of its 30 GB/s share" in summary["warning"]
+    assert summary["reached_target"] is False
+    # rows go on without the lost client: the last rows name only the other two
+    last_t = max(r["t_ns"] for r in rows)
+    assert {r["client"] for r in rows if r["t_ns"] == last_t} == {"ray-0", "ray-2", "total"}
+    assert cmdlines(f"kvbench.noise.sender 127.0.0.1 {sink.port}") == []
+
+
+async def test_no_client_that_can_start_is_a_one_line_error(cluster):
+    _, ray = cluster
+    async with tcp_sink() as sink:
+        dead = sink.port  # nothing listens there once the sink is closed
+    cfg = TcpNoise(targets=[f"127.0.0.1:{dead}"], senders=1, max_duration_s=30)
+    backend = noise_generator(cfg, phase="noisy-1", writer=None, origin_ns=0, cluster="ray")
+    with pytest.raises(UsageError) as exc:
+        async with backend:
+            pass
+    assert exc.value.message.startswith("noise: no noise client started on the Ray cluster: ")
+    assert "\n" not in exc.value.message
+    assert set(actor_states(ray, [c.actor for c in backend.clients])) == {"DEAD"}
+
+
+SIGINT_DRIVER = textwrap.dedent(
+    """
+    import asyncio, json, signal, sys, time
+    from kvbench.cluster.session import ClusterLimits, connect
+    from kvbench.noise.backend import NoiseContext
+    from kvbench.noise.ray_backend import RayNoiseBackend
+    from kvbench.noise.ray_plan import RayNoiseOptions
+    from kvbench.noise.sink import tcp_sink
+    from kvbench.scenario import TcpNoise
+
+    class Out:
+        def write(self, row):
+            pass
+
+    async def main():
+        connect(limits=ClusterLimits(cpus_per_noise_client=0.5))  # RAY_ADDRESS: the test cluster
+        me = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, me.cancel)  # as the runner does
+        async with tcp_sink() as sink:
+            cfg = TcpNoise(senders=2, rate_bytes_per_s=20e6, chunk_bytes=65536, max_duration_s=120)
+            ctx = NoiseContext(phase="noisy-1", writer=Out(), origin_ns=time.perf_counter_ns(),
+                               default_targets=(sink.address,))
+            backend = RayNoiseBackend(cfg, ctx, RayNoiseOptions(clients=3))
+            try:
+                async with backend as handle:
+                    print(json.dumps({"port": sink.port}), flush=True)
+                    await asyncio.sleep(120)
+            except asyncio.CancelledError:
+                print(json.dumps({"summary": handle.summary(), "actors": [
+                    c.actor._actor_id.hex() for c in backend.clients]}), flush=True)
+                return 130
+        return 0
+
+    sys.exit(asyncio.run(main()))
+    """
+)
+
+
+def test_sigint_during_a_ray_noisy_phase_stops_every_remote_generator(cluster, tmp_path):
+    c, _ = cluster
+    env = dict(os.environ, RAY_ADDRESS=c.address, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGINT_DRIVER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        first = json.loads(proc.stdout.readline() or "{}")
+        assert "port" in first, proc.stderr.read()
+        needle = f"kvbench.noise.sender 127.0.0.1 {first['port']}"
+        time.sleep(1.5)
+        assert len(cmdlines(needle)) == 6  # 3 clients x 2 senders, on the nodes
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    last = json.loads(out.strip().splitlines()[-1])
+    summary = last["summary"]
+    assert {c["state"] for c in summary["clients"]} == {"stopped"} and summary["total_bytes"] > 0
+    assert summary["cluster"]["session"]["shipped_code"] is True  # kvbench went to the nodes with the job
+    time.sleep(0.5)
+    assert cmdlines(needle) == []
+    from ray._private import state
+
+    table = state.actors()
+    assert {table[a]["State"] for a in last["actors"]} == {"DEAD"}
