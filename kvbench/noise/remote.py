@@ -15,9 +15,11 @@ a remote traceback, so the manifest can say them in one line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchError
@@ -48,6 +50,7 @@ class NoiseClient:
         self.backend: NoiseBackend | None = None
         self.handle: NoiseHandle | None = None
         self.rows: list[dict[str, Any]] = []
+        self.workdir: Path | None = None  # fio in a directory: this client's own subdirectory
 
     def write(self, row: dict[str, Any]) -> None:
         """The local generator's rows (this actor is its RowWriter); kept for end-only kinds."""
@@ -70,14 +73,31 @@ class NoiseClient:
     async def start(self, kind: str, cfg: dict[str, Any], phase: str) -> dict[str, Any]:
         """Start the generator; {"started_ns": ...} (this node's clock) or {"error": "..."}."""
         try:
+            cfg = self._own_directory(kind, cfg)
             factory = noise_backend_factory(kind, LOCAL)
             ctx = NoiseContext(phase=phase, writer=self, origin_ns=0)
             self.backend = factory(RemoteConfig(cfg), ctx)
             self.handle = await self.backend.start()
-        except KvbenchError as exc:
+        except (KvbenchError, OSError) as exc:
             self.backend = None
-            return {"error": exc.message}
+            self._remove_workdir()
+            return {"error": exc.message if isinstance(exc, KvbenchError) else str(exc)}
         return {"started_ns": self.handle.started_ns}
+
+    def _own_directory(self, kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
+        """fio on a directory: a subdirectory per client, so that clients on one shared file
+        system do not read, write and unlink each other's files (fio names them by job only)."""
+        path = Path(str(cfg.get("path", ""))).expanduser()
+        if kind != "fio" or not path.is_dir():
+            return cfg
+        self.workdir = path / f"kvbench-noise-{self.name}-{socket.gethostname()}-{os.getpid()}"
+        self.workdir.mkdir(exist_ok=True)
+        return {**cfg, "path": str(self.workdir)}
+
+    def _remove_workdir(self) -> None:
+        if self.workdir is not None:
+            with contextlib.suppress(OSError):  # fio unlinked its files (--unlink=1); left if not
+                self.workdir.rmdir()
 
     async def sample(self) -> dict[str, Any]:
         """Bytes so far (None: the kind reports only when stopped) and whether it still runs."""
@@ -94,7 +114,10 @@ class NoiseClient:
         if self.backend is None or self.handle is None:
             return {"summary": None, "rows": [], "total_bytes": 0}
         backend, self.backend = self.backend, None
-        await backend.stop()
+        try:
+            await backend.stop()
+        finally:
+            self._remove_workdir()
         summary = self.handle.summary()
         return {
             "summary": summary,

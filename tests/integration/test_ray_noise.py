@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -27,7 +29,7 @@ from kvbench.noise import noise_generator
 from kvbench.noise.ray_backend import RayNoiseBackend
 from kvbench.noise.ray_plan import RayNoiseOptions
 from kvbench.noise.sink import tcp_sink
-from kvbench.scenario import TcpNoise
+from kvbench.scenario import FioNoise, Iperf3Noise, TcpNoise
 
 pytestmark = [
     pytest.mark.ray,
@@ -148,6 +150,60 @@ async def test_no_client_that_can_start_is_a_one_line_error(cluster):
     assert set(actor_states(ray, [c.actor for c in backend.clients])) == {"DEAD"}
 
 
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed")
+async def test_iperf3_on_two_nodes_rows_placed_by_clock_offset(cluster, tmp_path):
+    """iperf3 reports at the end: its rows come back at the stop, placed through the clock offset."""
+    procs, servers = [], []
+    try:
+        for _ in range(2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            p = subprocess.Popen(
+                ["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port), "--forceflush"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            procs.append(p)
+            while "listening" not in p.stdout.readline():
+                pass
+            servers.append(f"127.0.0.1:{port}")
+        rows = Rows()
+        cfg = Iperf3Noise(servers=servers, parallel=1, bitrate="80M", max_duration_s=30)
+        backend = _ctx_backend(cfg, rows, clients=2)
+        started = time.perf_counter_ns() - backend.handle.origin_ns
+        async with backend as handle:
+            assert handle.summary()["warning"].startswith("iperf3 reports its totals only when stopped")
+            await asyncio.sleep(2.5)
+        ended = time.perf_counter_ns() - backend.handle.origin_ns
+        summary = handle.summary()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert {c["state"] for c in summary["clients"]} == {"stopped"}
+    assert [c["config"]["servers"] for c in summary["clients"]] == [[servers[0]], [servers[1]]]
+    assert len({c["node_id"] for c in summary["clients"]}) == 2
+    totals = [r for r in rows if r["client"] == "total"]
+    assert len(totals) >= 2 and all(started < r["t_ns"] <= ended for r in rows)
+    assert summary["total_bytes"] == sum(c["bytes"] for c in summary["clients"]) > 0
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+async def test_fio_clients_on_a_shared_directory_keep_apart(cluster, tmp_path):
+    rows = Rows()
+    cfg = FioNoise(path=str(tmp_path), rw="write", block_size="256k", jobs=1, size="4M", max_duration_s=30)
+    backend = _ctx_backend(cfg, rows, clients=2)
+    async with backend as handle:
+        await asyncio.sleep(2.3)
+        assert len(list(tmp_path.iterdir())) == 2  # one subdirectory per client
+    summary = handle.summary()
+    assert {c["state"] for c in summary["clients"]} == {"stopped"} and summary["total_bytes"] > 0
+    assert {r["client"] for r in rows} == {"ray-0", "ray-1", "total"}
+    assert list(tmp_path.iterdir()) == []  # fio unlinked its files, the client its subdirectory
+
+
 SIGINT_DRIVER = textwrap.dedent(
     """
     import asyncio, json, signal, sys, time
@@ -156,7 +212,7 @@ SIGINT_DRIVER = textwrap.dedent(
     from kvbench.noise.ray_backend import RayNoiseBackend
     from kvbench.noise.ray_plan import RayNoiseOptions
     from kvbench.noise.sink import tcp_sink
-    from kvbench.scenario import TcpNoise
+    from kvbench.scenario import FioNoise, Iperf3Noise, TcpNoise
 
     class Out:
         def write(self, row):
