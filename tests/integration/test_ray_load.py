@@ -1,0 +1,147 @@
+"""Load on a real Ray cluster (head + 2 nodes on this machine): 2 workers send a phase against the
+mock; one row per request that agrees one to one with the mock's ground truth; in flight never
+above the concurrency; a node removed mid-phase turns its in-flight requests into worker_lost rows."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import time
+
+import pytest
+from raycluster import ray_test_cluster
+
+from kvbench.client import ClientConfig, build_body
+from kvbench.cluster import ray_available
+from kvbench.cluster.load_backend import WORKER_LOST, PreparedRequest, RayLoadBackend, split_shares
+from kvbench.cluster.session import ClusterLimits, connect
+from kvbench.mock.server import MockServer
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.skipif(not ray_available(), reason="Ray is not installed: pip install 'kvbench[ray]'"),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ray_test_cluster() as (c, ray):
+        connect(limits=ClusterLimits(cpus_per_load_worker=0.5, start_timeout_s=60.0))
+        yield c, ray
+
+
+@dataclasses.dataclass
+class Item:
+    index: int
+    prompt_id: int
+    scheduled_offset_s: float = 0.0
+
+
+class Phase:
+    """What kvbench.run gives a remote backend: prepared requests in, rows out."""
+
+    retries = 0
+
+    def __init__(self, base_url: str, concurrency: int, max_tokens: int = 4) -> None:
+        self.cfg = ClientConfig(base_url=base_url, model="m", max_tokens=max_tokens)
+        self.concurrency = concurrency
+        self.origin_ns = time.perf_counter_ns()
+        self.rows: list[dict] = []
+        self.started_ids: list[str] = []
+        self.seq = 0
+
+    def prepare(self, item: Item) -> PreparedRequest:
+        self.seq += 1
+        text = f"prompt {item.prompt_id} " + "w " * 150
+        fields = {
+            "phase": "cached",
+            "label": "cached",
+            "prompt_id": item.prompt_id,
+            "prompt_tokens_requested": 150,
+            "prompt_tokens": 150,
+        }
+        return PreparedRequest(
+            f"run-cached-{self.seq}", fields, build_body(self.cfg, text), item.scheduled_offset_s
+        )
+
+    def client_spec(self) -> dict:
+        return {
+            "config": dataclasses.asdict(self.cfg),
+            "headers": {},
+            "concurrency": self.concurrency,
+            "connect_timeout_s": 10.0,
+        }
+
+    def started(self, request_id: str) -> None:
+        self.started_ids.append(request_id)
+
+    def record(self, rec, extra: dict) -> None:
+        self.rows.append({**rec.to_row(), **extra})
+
+
+def test_split_shares_adds_up() -> None:
+    assert split_shares(10, 4, 2) == [([0, 2, 4, 6, 8], 2), ([1, 3, 5, 7, 9], 2)]
+    assert [c for _, c in split_shares(9, 5, 3)] == [2, 2, 1]
+    assert len(split_shares(3, 8, 4)) == 3 and len(split_shares(10, 1, 4)) == 1
+
+
+async def test_two_workers_one_row_per_request_agreeing_with_the_mock(cluster, tmp_path) -> None:
+    gt = tmp_path / "gt.jsonl"
+    async with MockServer("ci", ground_truth=gt) as srv:
+        phase = Phase(srv.base_url, concurrency=4)
+        backend = RayLoadBackend(workers=2)
+        try:
+            items = [Item(i, i % 7) for i in range(60)]
+            await backend.run_items(items, 4, False, phase, phase.origin_ns)
+            await backend.run_items(items[:10], 4, False, phase, phase.origin_ns)  # same workers again
+        finally:
+            await backend.aclose()
+    truth = [json.loads(line) for line in gt.read_text().splitlines()]
+    ids = [r["request_id"] for r in phase.rows]
+    assert len(ids) == len(set(ids)) == 70
+    assert sorted(ids) == sorted(t["request_id"] for t in truth)  # one to one with the server's log
+    assert all(r["status"] == "ok" and r["ttft_ms"] > 0 for r in phase.rows)
+    assert {r["worker"] for r in phase.rows} == {"load-0", "load-1"}
+    assert len({r["node_id"] for r in phase.rows}) == 2 and all(r["hostname"] for r in phase.rows)
+    assert max(t["in_flight_at_receive"] for t in truth) <= 4
+    first = backend.phases[0]["workers"]
+    assert [w["concurrency"] for w in first] == [2, 2] and [w["rows"] for w in first] == [30, 30]
+    assert all(w["peak_in_flight"] <= 2 and "clock_offset_ns" in w for w in first)
+    # rows are on the driver's timeline: scheduled <= sent < first token <= end, all after the origin
+    for r in phase.rows:
+        assert 0 < r["scheduled_ns"] <= r["sent_ns"] < r["first_token_ns"] <= r["end_ns"]
+
+
+async def test_a_removed_node_turns_in_flight_requests_into_worker_lost_rows(cluster, tmp_path) -> None:
+    c, _ = cluster
+    gt = tmp_path / "gt.jsonl"
+    async with MockServer("ci", ground_truth=gt) as srv:
+        phase = Phase(srv.base_url, concurrency=4, max_tokens=64)
+        backend = RayLoadBackend(workers=2)
+        try:
+            items = [Item(i, i) for i in range(80)]
+            run = asyncio.create_task(backend.run_items(items, 4, False, phase, phase.origin_ns))
+            while len(phase.rows) < 6:
+                await asyncio.sleep(0.05)
+            # the machine goes: its processes die at once (the actor first), then its raylet
+            where = backend.workers[0].where
+            node = next(n for n in c.worker_nodes if n.node_id == where["node_id"])
+            os.kill(where["pid"], signal.SIGKILL)
+            await asyncio.to_thread(c.remove_node, node, False)
+            await asyncio.wait_for(run, 120)
+        finally:
+            await backend.aclose()
+            c.add_node(num_cpus=2, object_store_memory=80 * 1024 * 1024)  # for the next test
+    lost = [r for r in phase.rows if r["error_type"] == WORKER_LOST]
+    assert lost and all(r["worker"] == "load-0" and r["status"] == "error" for r in lost)
+    ids = [r["request_id"] for r in phase.rows]
+    assert len(ids) == len(set(ids))
+    w0, w1 = backend.phases[0]["workers"]
+    assert w0["state"] == "lost" and w0["error"].startswith("lost") and w0["not_issued"] > 0
+    assert w1["state"] == "ready" and w1["rows"] == w1["assigned"] == 40
+    assert w0["rows"] + w0["not_issued"] == w0["assigned"]
+    assert backend.record()["workers_lost"] == ["load-0"]
