@@ -59,6 +59,7 @@ def _register_subcommands() -> None:
         "kvbench.report.commands",
         "kvbench.noise_commands",
         "kvbench.engines.commands",
+        "kvbench.lab.commands",
     ):
         try:
             module = __import__(module_name, fromlist=["register"])
