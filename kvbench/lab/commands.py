@@ -29,7 +29,9 @@ def up_cmd(
     ] = 400.0,
     delay_ms: Annotated[
         float | None,
-        typer.Option("--delay-ms", help="One-way link delay, ms (needs sch_netem). Default: 0.2 where netem exists."),
+        typer.Option(
+            "--delay-ms", help="One-way link delay, ms (needs sch_netem). Default: 0.2 where netem exists."
+        ),
     ] = None,
     port_base: Annotated[
         int, typer.Option(help="Engine A on 127.0.0.1:BASE+1, B on BASE+2 (raw llama-servers +11, +12).")

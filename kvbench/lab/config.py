@@ -48,7 +48,10 @@ class LabConfig(Strict):
         123, ge=0, le=255, description="Third octet of the link's /30 in 169.254.0.0/16 (link-local)."
     )
     port_base: int = Field(
-        8470, ge=1024, le=65000, description="Engine A's connector listens on base+1, B's on base+2, "
+        8470,
+        ge=1024,
+        le=65000,
+        description="Engine A's connector listens on base+1, B's on base+2, "
         "the raw llama-servers on base+11 and base+12 (all on 127.0.0.1).",
     )
     slots: int = Field(4, gt=0, le=64, description="llama-server -np per instance.")
@@ -104,8 +107,8 @@ class LabState(Strict):
     pids: dict[str, int] = Field(default_factory=dict, description="Every other process the lab started.")
 
     def with_(self, **update: object) -> LabState:
-        new = self.model_copy(update=update)
-        return LabState.model_validate(new.model_dump())
+        # validated again: model_copy(update=...) alone would accept a wrong type silently
+        return LabState.model_validate({**dict(self), **update})
 
 
 def state_path(root: Path | None = None) -> Path:

@@ -58,8 +58,8 @@ def metrics_text(stats: dict[str, float]) -> str:
     """The connector's counters in Prometheus text format (appended to llama-server's /metrics)."""
     lines = []
     for name, value in stats.items():
-        full = f"kvbench_lab_g4_{name}"
-        lines += [f"# TYPE {full} counter", f"{full}_total {value:g}"]
+        full = f"kvbench_lab_g4_{name}_total"
+        lines += [f"# TYPE {full} counter", f"{full} {value:g}"]
     return "\n".join(lines) + "\n"
 
 
@@ -69,7 +69,7 @@ class G4Connector:
         self.g4 = g4_dir
         self.slots = slots
         self.free: asyncio.Queue[int] = asyncio.Queue()
-        self.saving: set[str] = set()
+        self.saving: dict[str, asyncio.Event] = {}  # key -> set when its write-through is done
         self.session: aiohttp.ClientSession | None = None
         self.stats: dict[str, float] = dict.fromkeys(
             ("hits", "misses", "restore_errors", "restore_bytes", "restore_seconds", "saves",
@@ -103,9 +103,9 @@ class G4Connector:
         if request.method == "GET" and request.path == "/metrics":
             return await self.metrics(request)
         response = await self.forward(request, await request.read())
-        if request.method == "POST" and request.path.startswith("/slots/"):
-            if request.query.get("action") == "erase" and response.status == 200:
-                await asyncio.to_thread(self.clear_g4)
+        erased = request.method == "POST" and request.query.get("action") == "erase"
+        if erased and request.path.startswith("/slots/") and response.status == 200:
+            await asyncio.to_thread(self.clear_g4)
         return response
 
     # -- generation: the G4 path ------------------------------------------------------------------------
@@ -119,6 +119,9 @@ class G4Connector:
         key = prompt_key(body) if isinstance(body, dict) else None
         if key is None:
             return await self.forward(request, raw)
+        pending = self.saving.get(key)
+        if pending is not None:  # its KV is being written to G4 right now: read it once it is there
+            await pending.wait()
         slot = await self.free.get()
         try:
             name = slot_file(key)
@@ -128,12 +131,13 @@ class G4Connector:
             body["id_slot"] = slot
             body.setdefault("cache_prompt", True)
             response, status = await self.stream(request, body)
-            if not restored and status == 200:
-                self.saving.add(key)
+            if not restored and status == 200 and key not in self.saving:
+                done = self.saving[key] = asyncio.Event()
                 try:
                     await self.save(slot, name)
                 finally:
-                    self.saving.discard(key)
+                    del self.saving[key]
+                    done.set()
             return response
         finally:
             self.free.put_nowait(slot)
@@ -187,7 +191,10 @@ class G4Connector:
     async def forward(self, request: web.Request, raw: bytes) -> web.Response:
         assert self.session is not None
         async with self.session.request(
-            request.method, self.upstream + request.path_qs, data=raw or None, headers=_forward_headers(request)
+            request.method,
+            self.upstream + request.path_qs,
+            data=raw or None,
+            headers=_forward_headers(request),
         ) as up:
             data = await up.read()
             headers = {k: v for k, v in up.headers.items() if k.lower() in PASS_HEADERS}
@@ -195,7 +202,7 @@ class G4Connector:
 
     async def metrics(self, request: web.Request) -> web.Response:
         response = await self.forward(request, b"")
-        text = (response.body or b"").decode(errors="replace") if response.status == 200 else ""  # type: ignore[union-attr]
+        text = (response.body or b"").decode(errors="replace") if response.status == 200 else ""
         return web.Response(text=text + metrics_text(self.stats), content_type="text/plain")
 
     def clear_g4(self) -> None:

@@ -95,7 +95,10 @@ def host_processes(root: Path, state: LabState | None) -> list[int]:
         if entry.name.isdigit() and int(entry.name) not in skip and names_lab(cmdline(int(entry.name)), root):
             found.add(int(entry.name))
     if state is not None:
-        recorded = [*state.pids.values(), *(p for e in state.engines for p in (e.server_pid, e.connector_pid))]
+        recorded = [
+            *state.pids.values(),
+            *(p for e in state.engines for p in (e.server_pid, e.connector_pid)),
+        ]
         found.update(p for p in recorded if p not in skip and names_lab(cmdline(p), root))
     return sorted(found)
 

@@ -35,7 +35,9 @@ class LabUnavailable(UsageError):
     """This machine cannot host the lab; names exactly what is missing."""
 
 
-def run(argv: Sequence[str], *, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str], *, check: bool = True, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     """Run one command; on failure raise LabError with its first stderr line."""
     try:
         proc = subprocess.run(

@@ -101,6 +101,9 @@ def simulated_banner(manifest: dict[str, Any]) -> str | None:
             f"SIMULATED: these figures come from kvbench's mock server (profile {profile or 'default'}), "
             "not from real hardware."
         )
+    lab = manifest.get("lab")
+    if isinstance(lab, dict) and lab.get("banner"):
+        return f"LAB: {lab['banner']}."
     return None
 
 
