@@ -18,7 +18,16 @@ import aiohttp
 from kvbench.cache import TargetHTTP
 from kvbench.results import JsonlWriter
 
-KEEP_PREFIXES = ("vllm:", "sglang:", "lmcache:", "kvbm_", "kvbench_mock_", "llamacpp:", "dynamo_", "kvbench_lab_")
+KEEP_PREFIXES = (
+    "vllm:",
+    "sglang:",
+    "lmcache:",
+    "kvbm_",
+    "kvbench_mock_",
+    "llamacpp:",
+    "dynamo_",
+    "kvbench_lab_",
+)
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 

@@ -128,9 +128,14 @@ def unavailable_reason() -> str | None:
     """One line naming everything this machine lacks for the lab, or None when it can host it."""
     if os.geteuid() != 0:
         return "kvbench lab needs root"
-    problems = missing_programs() + missing_features()
+    programs = missing_programs()
+    problems = programs + missing_features()
     if not problems and which("ip") and which("tc"):
         problems += probe_link_kernel()
     if not problems:
         return None
-    return "missing: " + "; ".join(problems)
+    hint = ""
+    if programs:
+        packages = sorted({pkg for p, pkg in PACKAGES.items() if which(p) is None})
+        hint = f" (as root: apt-get install -y {' '.join(packages)}, as .ci/run does)"
+    return "missing: " + "; ".join(problems) + hint
