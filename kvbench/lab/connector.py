@@ -105,6 +105,8 @@ class G4Connector:
         response = await self.forward(request, await request.read())
         erased = request.method == "POST" and request.query.get("action") == "erase"
         if erased and request.path.startswith("/slots/") and response.status == 200:
+            # a reset: wait for write-throughs still running, so none lands after the clear
+            await asyncio.gather(*(event.wait() for event in list(self.saving.values())))
             await asyncio.to_thread(self.clear_g4)
         return response
 
@@ -119,28 +121,33 @@ class G4Connector:
         key = prompt_key(body) if isinstance(body, dict) else None
         if key is None:
             return await self.forward(request, raw)
-        pending = self.saving.get(key)
-        if pending is not None:  # its KV is being written to G4 right now: read it once it is there
-            await pending.wait()
+        name = slot_file(key)
+        while True:
+            while (pending := self.saving.get(key)) is not None:
+                await pending.wait()  # its KV is being computed or written to G4: read it when it is there
+            on_g4 = await asyncio.to_thread((self.g4 / name).is_file)
+            if key not in self.saving:  # nobody claimed it while we looked
+                break
+        # a miss claims the key before it computes: a request for the same prompt that arrives
+        # meanwhile, or a reset, waits until the write-through has finished
+        done = None
+        if not on_g4:
+            done = self.saving[key] = asyncio.Event()
         slot = await self.free.get()
         try:
-            name = slot_file(key)
-            on_g4 = key not in self.saving and await asyncio.to_thread((self.g4 / name).is_file)
             restored = on_g4 and await self.restore(slot, name)
             self.stats["hits" if restored else "misses"] += 1
             body["id_slot"] = slot
             body.setdefault("cache_prompt", True)
             response, status = await self.stream(request, body)
-            if not restored and status == 200 and key not in self.saving:
-                done = self.saving[key] = asyncio.Event()
-                try:
-                    await self.save(slot, name)
-                finally:
-                    del self.saving[key]
-                    done.set()
+            if not restored and status == 200:
+                await self.save(slot, name)
             return response
         finally:
             self.free.put_nowait(slot)
+            if done is not None:
+                self.saving.pop(key, None)
+                done.set()
 
     async def slot_action(self, slot: int, action: str, name: str) -> tuple[int, dict[str, Any]]:
         assert self.session is not None
