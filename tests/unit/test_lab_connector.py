@@ -23,6 +23,7 @@ def fake_llama(slot_dir: Path, calls: list[tuple[str, Any]]) -> web.Application:
         body = await request.json() if request.can_read_body else {}
         calls.append((action, slot))
         if action == "save":
+            await asyncio.sleep(0.05)  # a write over the link takes time
             (slot_dir / body["filename"]).write_text(held.get(slot, ""))
             return web.json_response({"n_written": 4096})
         if action == "restore":
@@ -127,3 +128,32 @@ def test_metrics_text_is_prometheus_counters() -> None:
     hits = fams["kvbench_lab_g4_hits"]  # the parser names a counter's family without _total
     assert hits.type == "counter"
     assert (hits.samples[0].name, hits.samples[0].value) == ("kvbench_lab_g4_hits_total", 2.0)
+
+
+async def test_same_prompt_at_once_computes_once_and_reset_waits(tmp_path: Path) -> None:
+    calls: list[tuple[str, Any]] = []
+    upstream = TestServer(fake_llama(tmp_path, calls))
+    await upstream.start_server()
+    conn = G4Connector(str(upstream.make_url("/")).rstrip("/"), tmp_path, slots=2)
+    front = TestServer(conn.app())
+    await front.start_server()
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def complete() -> str:
+                async with s.post(front.make_url("/v1/completions"), json={"prompt": "p"}) as r:
+                    return await r.text()
+
+            await asyncio.gather(complete(), complete())
+            # the second waited for the first's write-through, then read it from G4
+            assert [a for a, _ in calls] == ["complete", "save", "restore", "complete"]
+            assert conn.stats["hits"] == 1 and conn.stats["misses"] == 1
+            calls.clear()
+            await s.post(front.make_url("/slots/0?action=erase"))
+            await complete()  # a miss again, and its write-through is pending ...
+            async with s.post(front.make_url("/slots/1?action=erase")) as r:
+                assert r.status == 200
+            assert not list(tmp_path.glob("kvlab-*.kv"))  # ... the reset waited for it, then cleared
+    finally:
+        await front.close()
+        await upstream.close()
