@@ -7,7 +7,7 @@ reads KV from G4 without knowing it:
     request -> key = sha256(prompt) -> take a free slot
             -> G4 has kvlab-<key>.kv ?  restore it into the slot (a G4 hit; its time is inside TTFT)
             -> forward the request pinned to that slot (id_slot), stream the answer back
-            -> it was a miss ?          save the slot to G4 (write-through; after the answer)
+            -> it was a miss ?          save the slot to G4 (write-through), then end the answer
 
 Every hit is a G4 hit: the connector never serves from what a slot happens to hold, because the
 lab models the case G4 is for (accelerator memory too small to keep anything between requests).
@@ -39,6 +39,7 @@ from kvbench.lab.config import CONNECTOR_FILE_PREFIX
 
 GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", "/completion", "/completions")
 PASS_HEADERS = ("content-type", "cache-control")
+DONE = b"data: [DONE]"
 
 
 def prompt_key(body: dict[str, Any]) -> str | None:
@@ -139,9 +140,14 @@ class G4Connector:
             self.stats["hits" if restored else "misses"] += 1
             body["id_slot"] = slot
             body.setdefault("cache_prompt", True)
-            response, status = await self.stream(request, body)
+            response, status, held = await self.stream(request, body)
             if not restored and status == 200:
+                # before the answer ends: when a phase is over, its KV is on G4 (no write-through
+                # of one phase runs into the next one's measurements)
                 await self.save(slot, name)
+            if held:
+                await response.write(held)
+            await response.write_eof()
             return response
         finally:
             self.free.put_nowait(slot)
@@ -178,9 +184,15 @@ class G4Connector:
         self.stats["save_seconds"] += time.perf_counter() - t0
         self.stats["save_bytes"] += float(data.get("n_written") or 0)
 
-    async def stream(self, request: web.Request, body: dict[str, Any]) -> tuple[web.StreamResponse, int]:
-        """Forward a generation request and copy its answer chunk by chunk, as it arrives."""
+    async def stream(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> tuple[web.StreamResponse, int, bytes]:
+        """Forward a generation request and copy its answer chunk by chunk, as it arrives, except
+        the end: a stream's `data: [DONE]` (a whole answer when not streaming) is returned, not sent,
+        so the caller can finish the write-through before the client sees the request end."""
         assert self.session is not None
+        streaming = bool(body.get("stream"))
+        held = b""
         async with self.session.post(
             self.upstream + request.path_qs, json=body, headers=_forward_headers(request)
         ) as up:
@@ -189,9 +201,15 @@ class G4Connector:
             )
             await out.prepare(request)
             async for chunk in up.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
-            return out, up.status
+                if held or not streaming:
+                    held += chunk
+                    continue
+                at = chunk.find(DONE)
+                if at >= 0:
+                    chunk, held = chunk[:at], chunk[at:]
+                if chunk:
+                    await out.write(chunk)
+            return out, up.status, held
 
     # -- everything else: passed through ---------------------------------------------------------------
 
