@@ -44,14 +44,21 @@ def up_cmd(
     ] = True,
 ) -> None:
     """Build the lab: shaped link, file server + G4 mount, noise receivers, two engines."""
+    from pydantic import ValidationError
+
+    from kvbench.errors import UsageError
     from kvbench.lab.config import LabConfig
     from kvbench.lab.system import require_root
     from kvbench.lab.up import lab_up
 
     require_root()
-    cfg = LabConfig(
-        rate_mbit=rate_mbit, delay_ms=delay_ms, port_base=port_base, slots=slots, ctx=ctx, threads=threads
-    )
+    try:
+        cfg = LabConfig(
+            rate_mbit=rate_mbit, delay_ms=delay_ms, port_base=port_base, slots=slots, ctx=ctx, threads=threads
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UsageError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
     state = lab_up(cfg, _say, engines=engines)
     for e in state.engines:
         print(f"{e.name}: {e.url}")
