@@ -7,7 +7,7 @@ at all). Every byte moves over a real TCP connection across the shaped veth.
 
 Two mounts of the same export:
   g4         the engines' --slot-save-path: slot saves and restores cross the link
-  neighbour  another tenant of the same file server (its own ssh connections, same link); the
+  neighbour  another tenant of the same file server (its own sshfs process and ssh connection, same link); the
              noisy-neighbour scenario reads a file through it with fio, so the noise competes with
              G4 restores in their own direction (storage -> host)
 Both mount with direct_io and zero attribute/entry caching: a restore re-reads the file over the
@@ -61,7 +61,7 @@ def sshd_command(root: Path) -> list[str]:
     return in_ns(NETNS, [sshd, "-D", "-e", "-f", str(root / "sshd_config")])
 
 
-def sshfs_command(root: Path, ns_addr: str, store: Path, mount: Path, conns: int) -> list[str]:
+def sshfs_command(root: Path, ns_addr: str, store: Path, mount: Path) -> list[str]:
     opts = ",".join(
         [
             f"IdentityFile={root / 'client_key'}",
@@ -76,7 +76,6 @@ def sshfs_command(root: Path, ns_addr: str, store: Path, mount: Path, conns: int
             "entry_timeout=0",
             "negative_timeout=0",
             "direct_io",
-            f"max_conns={conns}",
         ]
     )
     return ["sshfs", f"root@{ns_addr}:{store}", str(mount), "-o", opts]
@@ -112,9 +111,9 @@ def start_sshd(root: Path, ns_addr: str, logs: Path) -> int:
     raise LabError(f"sshd did not listen on {ns_addr}:22 within 10 s: {_tail(logs / 'sshd.log')}")
 
 
-def mount(root: Path, ns_addr: str, store: Path, point: Path, conns: int) -> None:
+def mount(root: Path, ns_addr: str, store: Path, point: Path) -> None:
     point.mkdir(parents=True, exist_ok=True)
-    run(sshfs_command(root, ns_addr, store, point, conns), timeout=30)
+    run(sshfs_command(root, ns_addr, store, point), timeout=30)
     if not is_mounted(point):
         raise LabError(f"sshfs returned but {point} is not mounted")
 

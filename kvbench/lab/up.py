@@ -75,9 +75,8 @@ def _build(cfg: LabConfig, root: Path, state: LabState, say: Say, with_engines: 
     step("sshd", sshd_pid=sshd, store=str(store))
     write_noise_file(store)
     mounts = {"g4": root / "mnt" / "g4", "neighbour": root / "mnt" / "neighbour"}
-    # the neighbour gets 4 ssh connections: a busy tenant, not one polite TCP flow
-    for role, conns in (("g4", 1), ("neighbour", 4)):
-        mount(root, cfg.ns_addr, store, mounts[role], conns)
+    for role in ("g4", "neighbour"):  # one sshfs process and one ssh (TCP) connection each
+        mount(root, cfg.ns_addr, store, mounts[role])
         step(f"mount {role}", mounts={**state.mounts, role: str(mounts[role])})
     say(f"G4: sshfs root@{cfg.ns_addr}:{store} on {mounts['g4']} (neighbour: {mounts['neighbour']})")
 
