@@ -60,6 +60,7 @@ def _register_subcommands() -> None:
         "kvbench.audit.commands",
         "kvbench.noise.commands",
         "kvbench.engines.commands",
+        "kvbench.lab.commands",
     ):
         try:
             module = __import__(module_name, fromlist=["register"])

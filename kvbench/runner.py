@@ -202,6 +202,10 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             "phases": [],
             "error_counts": {},
         }
+        from kvbench.lab.manifest import lab_manifest  # the link's shape when the target is the lab
+
+        if (lab := lab_manifest(base_url, scn.between_phases.base_url)) is not None:
+            rd.manifest["lab"] = lab
         rd.save_manifest()
         run = Run(scn, opts, rd, target, http, client, adapter, origin_ns)
         status = "failed"
