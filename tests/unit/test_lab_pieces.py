@@ -132,9 +132,11 @@ def test_manifest_only_for_lab_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_report_banner_says_lab_not_production() -> None:
     from kvbench.lab.manifest import BANNER
-    from kvbench.report.render import simulated_banner
+    from kvbench.report.manifest import RunManifest
+    from kvbench.report.summary import simulated_banner
 
-    assert "not on production hardware" in (simulated_banner({"lab": {"banner": BANNER}}) or "")
+    run = RunManifest({"lab": {"banner": BANNER}, "simulated": False}, Path("."))
+    assert "not on production hardware" in (simulated_banner(run) or "")
 
 
 def test_plan_down_order(tmp_path: Path) -> None:
