@@ -17,6 +17,7 @@ from kvbench.errors import KvbenchError
 from kvbench.progress import Progress
 from kvbench.prompts import Prompt, TokenCounter, make_salt
 from kvbench.results import RunDir
+from kvbench.results.schema import Label, PhaseEntry
 from kvbench.scenario import Scenario
 from kvbench.target import TargetInfo
 from kvbench.telemetry import Scraper, counter_deltas, sum_delta
@@ -154,12 +155,12 @@ class Run:
         for attempt in range(3):
             text = probe_prompt.body
             await self.issue(
-                phase="probe", label="probe", rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
+                phase="probe", label=Label.PROBE, rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
             )
             ok, detail = await reset_cache(self.adapter, self.http)
             before = await self.scraper.scrape("probe")
             rec = await self.issue(
-                phase="probe", label="probe", rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
+                phase="probe", label=Label.PROBE, rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
             )
             after = await self.scraper.scrape("probe")
             hits: float | None = None
@@ -193,6 +194,13 @@ class Run:
 
     # -- phases ----------------------------------------------------------------------------------------
 
+    def add_phase(self, entry: PhaseEntry) -> None:
+        """Record a finished phase in the manifest and rewrite it (a killed run keeps what it did)."""
+        manifest = self.rd.manifest
+        assert manifest is not None
+        self.rd.manifest = manifest.with_phase(entry)
+        self.rd.save_manifest()
+
     async def phase_boundary(self, name: str) -> dict[Any, float] | None:
         self.rd.save_manifest()
         return await self.scraper.scrape(name)
@@ -213,24 +221,24 @@ def with_max_tokens(cfg: ClientConfig, max_tokens: int) -> ClientConfig:
 
 
 def phase_entry(
-    run: Run, name: str, label: str, rep: int, started_ns: int, ended: int | None = None, **extra: Any
-) -> dict[str, Any]:
+    run: Run, name: str, label: Label, rep: int, started_ns: int, ended: int | None = None, **extra: Any
+) -> PhaseEntry:
     ended = run.client.now() if ended is None else ended
     recs = [r for r in run.records if r.phase == name and r.repetition == rep]
     ok = sum(r.ok for r in recs)
     duration = (ended - started_ns) / 1e9
-    return {
-        "name": name,
-        "label": label,
-        "repetition": rep,
-        "started_ns": started_ns,
-        "ended_ns": ended,
-        "duration_s": duration,
-        "requests": len(recs),
-        "errors": len(recs) - ok,
-        "requests_ok_per_s": ok / duration if duration > 0 else 0.0,
+    return PhaseEntry(
+        name=name,
+        label=label,
+        repetition=rep,
+        started_ns=started_ns,
+        ended_ns=ended,
+        duration_s=duration,
+        requests=len(recs),
+        errors=len(recs) - ok,
+        requests_ok_per_s=ok / duration if duration > 0 else 0.0,
         **extra,
-    }
+    )
 
 
 def with_base(cfg: ClientConfig, base_url: str) -> ClientConfig:

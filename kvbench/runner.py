@@ -28,6 +28,16 @@ from kvbench.client import ClientConfig, StreamingClient, make_session
 from kvbench.errors import KvbenchError
 from kvbench.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
 from kvbench.results import METRIC_DELTAS, PROMPTS, SCENARIO, RunDir, new_run_dir, utc_now_iso
+from kvbench.results.schema import (
+    ColdStart,
+    EnvironmentInfo,
+    LengthRangeInfo,
+    LoadShape,
+    Manifest,
+    OptionsInfo,
+    PromptsInfo,
+    TargetInfoModel,
+)
 from kvbench.run_context import Run, RunOptions
 from kvbench.scenario import Scenario, scenario_to_yaml
 from kvbench.target import TargetInfo, embedded_mock, identify, preflight, request_headers
@@ -131,12 +141,9 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
                 )
             )
             base_url = mock.base_url
-        conc = (
-            scn.load.concurrency
-            if hasattr(scn.load, "concurrency")
-            else getattr(scn.load, "max_concurrency", 1)
+        session = await stack.enter_async_context(
+            make_session(scn.load.max_in_flight, scn.target.timeouts.connect_s)
         )
-        session = await stack.enter_async_context(make_session(conc, scn.target.timeouts.connect_s))
         http = TargetHTTP(session, base_url, headers)
         model, version, max_len = await preflight(http, scn)
         engine = await identify(http, scn)
@@ -178,29 +185,27 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
         client = StreamingClient(cfg, session, origin_ns, headers)
         rd = RunDir(run_path, run_id)
         (run_path / SCENARIO).write_text(scenario_to_yaml(scn, redact=True), encoding="utf-8")
-        rd.manifest = {
-            "kvbench_version": __version__,
-            "run_id": run_id,
-            "run_dir": str(run_path),
-            "scenario_name": scn.name,
-            "test": scn.test,
-            "status": "running",
-            "started_at": utc_now_iso(),
-            "ended_at": None,
-            "clock_origin_ns": origin_ns,
-            "target": target.manifest(),
-            "simulated": mock is not None,
-            "reference": scn.reference,
-            "environment": environment(),
-            "options": {
-                "allow_unverified_cold": opts.allow_unverified_cold,
-                "retries": scn.retries,
-                "api_key_env": opts.api_key_env or scn.target.api_key_env,
-                "max_error_rate": scn.max_error_rate,
-            },
-            "phases": [],
-            "error_counts": {},
-        }
+        rd.manifest = Manifest(
+            kvbench_version=__version__,
+            run_id=run_id,
+            run_dir=str(run_path),
+            scenario_name=scn.name,
+            test=scn.test,
+            status="running",
+            started_at=utc_now_iso(),
+            clock_origin_ns=origin_ns,
+            target=TargetInfoModel.model_validate(target.manifest()),
+            simulated=mock is not None,
+            reference=scn.reference,
+            environment=EnvironmentInfo.model_validate(environment()),
+            options=OptionsInfo(
+                allow_unverified_cold=opts.allow_unverified_cold,
+                retries=scn.retries,
+                api_key_env=opts.api_key_env or scn.target.api_key_env,
+                max_error_rate=scn.max_error_rate,
+            ),
+            load=load_shape(scn),
+        )
         rd.save_manifest()
         run = Run(scn, opts, rd, target, http, client, adapter, origin_ns)
         status = "failed"
@@ -210,7 +215,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
                 f"(model {model}, engine {engine}) -> {run_path}"
             )
             prompts = await make_prompt_set(run)
-            rd.manifest["cold_start"] = await run.verify_cold_start()
+            rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
             if scn.test == "ttft":
                 await run_ttft(run, prompts)
             else:
@@ -220,19 +225,21 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             status = "interrupted"
             raise
         except KvbenchError as exc:
-            rd.manifest["error"] = exc.message
+            rd.update(error=exc.message)
             raise
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 status = "interrupted"
             else:
-                rd.manifest["error"] = f"{type(exc).__name__}: {exc}"
+                rd.update(error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            rd.manifest["status"] = status
-            rd.manifest["ended_at"] = utc_now_iso()
-            rd.manifest["error_counts"] = dict(run.error_counts)
-            rd.manifest["requests"] = len(run.records)
+            rd.update(
+                status=status,
+                ended_at=utc_now_iso(),
+                error_counts=dict(run.error_counts),
+                requests=len(run.records),
+            )
             (run_path / METRIC_DELTAS).write_text(_json(run.metric_deltas), encoding="utf-8")
             rd.save_manifest()
             rd.close()
@@ -281,22 +288,41 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
         if p.actual_tokens is not None
         and abs(p.actual_tokens - p.requested_tokens) > scn.prompts.tolerance_tokens
     ]
-    run.rd.manifest["prompts"] = {
-        "count": len(prompts),
-        "build_s": round(elapsed, 3),
-        "count_source": prompts[0].count_source if prompts else None,
-        "counted_as": "chat message with template"
-        if getattr(counter, "counts_chat", False)
-        else "raw text (a chat template adds its tokens on top)"
-        if scn.target.api == "chat"
-        else "raw text",
-        "outside_tolerance": len(off),
-    }
+    run.rd.update(
+        prompts=PromptsInfo(
+            count=len(prompts),
+            build_s=round(elapsed, 3),
+            count_source=prompts[0].count_source if prompts else None,
+            counted_as="chat message with template"
+            if getattr(counter, "counts_chat", False)
+            else "raw text (a chat template adds its tokens on top)"
+            if scn.target.api == "chat"
+            else "raw text",
+            outside_tolerance=len(off),
+        )
+    )
     run.progress.log(
         f"built {len(prompts)} prompts ({sum(lengths):,} tokens) in {elapsed:.1f}s, "
         f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
     )
     return prompts
+
+
+def load_shape(scn: Scenario) -> LoadShape:
+    """The manifest's account of how hard the run pushed."""
+    load = scn.load
+    lengths = scn.prompts.lengths
+    return LoadShape(
+        kind=load.kind,
+        concurrency=load.max_in_flight,
+        rate=load.arrival_rate,
+        requests=load.requests_per_phase(scn.prompts.resolved_count()),
+        prompt_count=scn.prompts.resolved_count(),
+        lengths=list(lengths)
+        if isinstance(lengths, list)
+        else LengthRangeInfo(min=lengths.min, max=lengths.max, distribution=lengths.distribution),
+        max_tokens=scn.output.max_tokens,
+    )
 
 
 def _json(data: Any) -> str:

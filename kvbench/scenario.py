@@ -145,6 +145,17 @@ class Prompts(Strict):
 class SequentialLoad(Strict):
     kind: Literal["sequential"] = "sequential"
 
+    @property
+    def max_in_flight(self) -> int:
+        return 1
+
+    @property
+    def arrival_rate(self) -> float | None:
+        return None
+
+    def requests_per_phase(self, n_prompts: int) -> int:
+        return n_prompts
+
 
 class ConcurrentLoad(Strict):
     kind: Literal["concurrent"] = "concurrent"
@@ -156,6 +167,17 @@ class ConcurrentLoad(Strict):
     )
     seed: int = Field(0, description="Seed for the request order.")
 
+    @property
+    def max_in_flight(self) -> int:
+        return self.concurrency
+
+    @property
+    def arrival_rate(self) -> float | None:
+        return None
+
+    def requests_per_phase(self, n_prompts: int) -> int:
+        return self.requests
+
 
 class RateLoad(Strict):
     kind: Literal["rate"] = "rate"
@@ -164,6 +186,17 @@ class RateLoad(Strict):
     max_concurrency: int = Field(256, gt=0, description="Cap on requests in flight.")
     requests: int = Field(..., gt=0, le=10_000_000, description="Requests per phase.")
     seed: int = Field(0, description="Seed for arrivals and request order.")
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.max_concurrency
+
+    @property
+    def arrival_rate(self) -> float | None:
+        return self.rate
+
+    def requests_per_phase(self, n_prompts: int) -> int:
+        return self.requests
 
 
 Load = Annotated[SequentialLoad | ConcurrentLoad | RateLoad, Field(discriminator="kind")]

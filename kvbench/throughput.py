@@ -14,6 +14,7 @@ from kvbench.errors import KvbenchError, TargetUnreachable
 from kvbench.load import WorkItem, run_load, work_items
 from kvbench.prompts import Prompt
 from kvbench.results import NOISE
+from kvbench.results.schema import Label, PhaseEntry
 from kvbench.run_context import Run, phase_entry, with_base
 from kvbench.scenario import Scenario
 
@@ -23,7 +24,7 @@ RESTART_MOCK = "@restart-mock"
 @dataclass
 class PhasePlan:
     name: str
-    label: str
+    label: Label
     salt_mode: str  # "run" | "request" | "keep"
     noisy: bool = False
     repetition: int = 0
@@ -34,18 +35,18 @@ def throughput_plan(scn: Scenario, restart: bool) -> list[PhasePlan]:
     for rep in range(scn.repetitions):
         sfx = f"-r{rep + 1}" if scn.repetitions > 1 else ""
         if scn.baseline:
-            plans.append(PhasePlan(f"baseline{sfx}", "baseline", "request", repetition=rep))
+            plans.append(PhasePlan(f"baseline{sfx}", Label.BASELINE, "request", repetition=rep))
         if scn.noisy.enabled:
             for k in range(scn.noisy.pairs):
                 pair = [
-                    PhasePlan(f"quiet-{k + 1}{sfx}", "quiet", "run", repetition=rep),
-                    PhasePlan(f"noisy-{k + 1}{sfx}", "noisy", "run", noisy=True, repetition=rep),
+                    PhasePlan(f"quiet-{k + 1}{sfx}", Label.QUIET, "run", repetition=rep),
+                    PhasePlan(f"noisy-{k + 1}{sfx}", Label.NOISY, "run", noisy=True, repetition=rep),
                 ]
                 plans.extend(pair if scn.noisy.order == "quiet_first" else pair[::-1])
         else:
-            plans.append(PhasePlan(f"cached{sfx}", "cached", "run", repetition=rep))
+            plans.append(PhasePlan(f"cached{sfx}", Label.CACHED, "run", repetition=rep))
             if restart:
-                plans.append(PhasePlan(f"after-restart{sfx}", "persisted", "keep", repetition=rep))
+                plans.append(PhasePlan(f"after-restart{sfx}", Label.PERSISTED, "keep", repetition=rep))
     return plans
 
 
@@ -54,7 +55,7 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
     items = work_items(scn.load, len(prompts))
     restart = bool(scn.between_phases.command or scn.between_phases.base_url)
     salt = run.new_salt()
-    results: list[dict[str, Any]] = []
+    results: list[PhaseEntry] = []
     fill_items = [WorkItem(i, i) for i in range(len(prompts))]
     for plan in throughput_plan(scn, restart):
         if plan.salt_mode == "keep":
@@ -62,10 +63,10 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
         else:
             salt = run.new_salt()
             await run.reset()
-        if plan.label in ("quiet", "noisy") and scn.noisy.cache_start == "filled":
+        if plan.label in (Label.QUIET, Label.NOISY) and scn.noisy.cache_start == "filled":
             # the "same cached requests" reading: every prompt once, quiet and unmeasured, so the
             # measured phase reads everything back from the cache (G4 in the ibm-g4 profile)
-            fill = PhasePlan(f"fill-{plan.name}", "fill", "run", repetition=plan.repetition)
+            fill = PhasePlan(f"fill-{plan.name}", Label.FILL, "run", repetition=plan.repetition)
             results.append(await run_phase(run, fill, prompts, fill_items, salt))
         results.append(await run_phase(run, plan, prompts, items, salt))
     run.summary_lines = throughput_table(results)
@@ -73,7 +74,7 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
 
 async def run_phase(
     run: Run, plan: PhasePlan, prompts: list[Prompt], items: list[WorkItem], salt: str
-) -> dict[str, Any]:
+) -> PhaseEntry:
     scn = run.scn
     run.progress.start_phase(plan.name, len(items))
     before = await run.phase_boundary(plan.name)
@@ -106,8 +107,7 @@ async def run_phase(
     entry = phase_entry(
         run, plan.name, plan.label, plan.repetition, started, ended=ended, noise=noise_summary
     )
-    run.rd.manifest["phases"].append(entry)
-    run.rd.save_manifest()
+    run.add_phase(entry)
     if noise_summary and noise_summary.get("warning"):
         run.progress.log(f"noise: {noise_summary['warning']}")
     return entry
@@ -159,7 +159,9 @@ async def between_phases(run: Run) -> None:
         run.http.base_url = bp.base_url.rstrip("/")
         run.client.cfg = with_base(run.client.cfg, run.http.base_url)
     await wait_healthy(run.http, bp.wait_healthy_s)
-    run.rd.manifest["target"]["base_url_after"] = run.http.base_url
+    manifest = run.rd.manifest
+    if manifest is not None:
+        run.rd.update(target=manifest.target.model_copy(update={"base_url_after": run.http.base_url}))
 
 
 async def wait_healthy(http: TargetHTTP, timeout_s: float) -> None:
@@ -174,13 +176,13 @@ async def wait_healthy(http: TargetHTTP, timeout_s: float) -> None:
         await asyncio.sleep(0.5)
 
 
-def throughput_table(entries: list[dict[str, Any]]) -> list[str]:
+def throughput_table(entries: list[PhaseEntry]) -> list[str]:
     lines = [f"{'phase':<16} {'requests':>8} {'errors':>6} {'total s':>9} {'req/s':>8} {'noise GB/s':>10}"]
     for e in entries:
-        noise = e.get("noise") or {}
+        noise = e.noise or {}
         rate = noise.get("mean_bytes_per_s")
         lines.append(
-            f"{e['name']:<16} {e['requests']:>8} {e['errors']:>6} {e['duration_s']:>9.2f} "
-            f"{e['requests_ok_per_s']:>8.3f} {('-' if rate is None else f'{rate / 1e9:.3f}'):>10}"
+            f"{e.name:<16} {e.requests:>8} {e.errors:>6} {e.duration_s or 0.0:>9.2f} "
+            f"{e.requests_ok_per_s or 0.0:>8.3f} {('-' if rate is None else f'{rate / 1e9:.3f}'):>10}"
         )
     return lines

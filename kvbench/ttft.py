@@ -9,6 +9,7 @@ import numpy as np
 from kvbench.client import RequestRecord
 from kvbench.errors import KvbenchError
 from kvbench.prompts import Prompt, build_prompts, make_salt
+from kvbench.results.schema import Label, TtftStep
 from kvbench.run_context import Run, phase_entry
 from kvbench.scenario import Scenario
 
@@ -27,10 +28,10 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
             salt = run.new_salt()
             text = prompt.with_salt(salt)
             reset_ok = await run.reset()
-            cold = await run.issue(phase=phase, label="cold", rep=rep, prompt=prompt, text=text)
+            cold = await run.issue(phase=phase, label=Label.COLD, rep=rep, prompt=prompt, text=text)
             verified = cold.cached_tokens == 0 if cold.cached_tokens is not None else None
             evicted = await evict(run, rep, prompt)
-            warm_label = "evicted-warm" if evicted is not None else "warm"
+            warm_label = Label.EVICTED_WARM if evicted is not None else Label.WARM
             warms = []
             for _ in range(scn.cache.warm_repeats):
                 warms.append(
@@ -40,18 +41,18 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
         run.progress.end_phase()
         after = await run.scraper.scrape(phase)
         run.end_metrics(phase if scn.repetitions == 1 else f"{phase}-{rep + 1}", before, after)
-        run.rd.manifest["phases"].append(
+        steps = [TtftStep.model_validate(r) for r in rows if r["rep"] == rep]
+        run.rd.update(ttft_steps=[*(run.rd.manifest.ttft_steps or []), *steps] if run.rd.manifest else steps)
+        run.add_phase(
             phase_entry(
                 run,
                 phase,
-                "ttft",
+                Label.TTFT,
                 rep,
                 started,
                 cold_verified=all(r["verified"] is True for r in rows if r["rep"] == rep) if rows else None,
             )
         )
-        run.rd.manifest.setdefault("ttft_steps", []).extend(r for r in rows if r["rep"] == rep)
-        run.rd.save_manifest()
     run.summary_lines = ttft_table(rows)
 
 
@@ -78,7 +79,7 @@ async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
     for f in fillers:
         filler = Prompt(-2, f.requested_tokens, f.body, f.actual_tokens)
         await run.issue(
-            phase="ttft", label="filler", rep=rep, prompt=filler, text=filler.with_salt(run.new_salt())
+            phase="ttft", label=Label.FILLER, rep=rep, prompt=filler, text=filler.with_salt(run.new_salt())
         )
     return {"eviction": mode, "filler_requests": n}
 
