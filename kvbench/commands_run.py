@@ -26,18 +26,10 @@ you set are applied, and the resolved scenario is saved with the results.
 
 
 def _parse_set(values: list[str]) -> dict[str, Any]:
-    import yaml
+    """--set KEY=VALUE; each value is read later as the type of the field it sets."""
+    from kvbench.configfile import Raw, parse_set
 
-    out: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set load.concurrency=8")
-        try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            out[key.strip()] = raw
-    return out
+    return {key: Raw(raw) for key, raw in parse_set(values).items()}
 
 
 def _parse_lengths(text: str) -> list[int]:

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvbench.configfile import MAX_FILE_BYTES, apply_overrides, read_yaml, validate
 from kvbench.errors import ScenarioError
 
-MAX_SCENARIO_BYTES = 1_000_000
+MAX_SCENARIO_BYTES = MAX_FILE_BYTES
 
 PACKAGE_SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -377,126 +378,13 @@ def resolve_scenario_path(name_or_path: str) -> Path:
     raise ScenarioError([f"no scenario named '{name_or_path}' (known: {', '.join(known) or 'none'})"])
 
 
-MAX_EXPANDED_NODES = 100_000
-
-
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
-    """Nodes the document has once aliases are expanded (what a validator would walk)."""
-    key = id(node)
-    if key in memo:
-        return memo[key]
-    memo[key] = 1  # a recursive alias counts once instead of looping
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded_size(child, memo) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
-    memo[key] = size = min(size, MAX_EXPANDED_NODES + 1)
-    return size
-
-
-def _safe_load_bounded(text: str) -> Any:
-    """yaml.safe_load, refusing alias bombs: safe_load shares aliased objects, but anything that walks
-    the result (validation, dumping) expands them, so the expanded size is capped before constructing."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_size(node, {}) > MAX_EXPANDED_NODES:
-            raise yaml.YAMLError(
-                f"the document expands to more than {MAX_EXPANDED_NODES:,} nodes (YAML aliases); refusing"
-            )
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
 def parse_yaml_text(raw: bytes, source: str) -> dict[str, Any]:
-    if len(raw) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(
-            [f"file is {len(raw):,} bytes; scenarios are limited to {MAX_SCENARIO_BYTES:,}"], source
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError([f"not UTF-8 text (byte {exc.start})"], source) from None
-    try:
-        data = _safe_load_bounded(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError([f"YAML syntax error: {where}{problem}"], source) from None
-    if data is None:
-        raise ScenarioError(["the file is empty"], source)
-    if not isinstance(data, dict):
-        raise ScenarioError([f"top level must be a mapping, not {type(data).__name__}"], source)
-    return data
-
-
-def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Set dotted keys (`target.base_url`) in a copy of the raw scenario dict."""
-    import copy
-
-    out = copy.deepcopy(data)
-    for dotted, value in overrides.items():
-        node = out
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[parts[-1]] = value
-    return out
-
-
-_UNION_FIELDS = {"load": ("sequential", "concurrent", "rate"), "noise": ("none", "tcp", "iperf3", "fio")}
-
-
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[str, ...]:
-    """Drop what pydantic adds for unions: the discriminator tag after `load`/`noise`, member names."""
-    out: list[str] = []
-    for i, part in enumerate(loc):
-        text = str(part)
-        if i > 0 and str(loc[i - 1]) in _UNION_FIELDS and text in _UNION_FIELDS[str(loc[i - 1])]:
-            continue
-        if "[" in text:  # e.g. list[int], function-after[_order(), LengthRange]
-            continue
-        out.append(text)
-    return tuple(out)
-
-
-def format_validation_error(exc: ValidationError) -> list[str]:
-    errors = [(_clean_loc(e["loc"]), e) for e in exc.errors()]
-    lines = []
-    for loc, err in errors:
-        # a union reports every member; a member-type mismatch next to a real error is noise
-        if err["type"] in ("list_type", "dict_type", "model_type", "model_attributes_type") and any(
-            other is not err and other_loc[: len(loc)] == loc for other_loc, other in errors
-        ):
-            continue
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        where = ".".join(loc)
-        if msg.startswith(where + ":"):
-            msg = msg[len(where) + 1 :].strip()
-        # a cross-field check names its own field
-        self_named = not where and re.match(r"^[\w.]+: ", msg)
-        line = msg if self_named else f"{where or '(top level)'}: {msg}"
-        if line not in lines:
-            lines.append(line)
-    return lines
+    return read_yaml(raw, source, max_bytes=MAX_SCENARIO_BYTES, what="scenarios", error=ScenarioError)
 
 
 def validate_scenario(data: dict[str, Any], source: str | None = None) -> Scenario:
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc), source) from None
+    scn: Scenario = validate(Scenario, data, source, error=ScenarioError)
+    return scn
 
 
 def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) -> tuple[Scenario, Path]:
@@ -507,7 +395,7 @@ def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) ->
         raise ScenarioError([f"cannot read: {exc.strerror}"], str(path)) from None
     data = parse_yaml_text(raw, str(path))
     if overrides:
-        data = apply_overrides(data, overrides)
+        data = apply_overrides(data, overrides, Scenario)
     return validate_scenario(data, str(path)), path
 
 
