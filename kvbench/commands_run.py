@@ -45,31 +45,18 @@ def _parse_lengths(text: str) -> list[int]:
 
 
 def build_overrides(**flags: Any) -> dict[str, Any]:
-    """Map the CLI flags the user SET (not None) to dotted scenario keys."""
-    mapping = {
-        "base_url": "target.base_url",
-        "model": "target.model",
-        "api": "target.api",
-        "engine": "target.engine",
-        "mock_profile": "target.mock_profile",
-        "requests": "load.requests",
-        "concurrency": "load.concurrency",
-        "repetitions": "repetitions",
-        "max_tokens": "output.max_tokens",
-        "retries": "retries",
-        "max_error_rate": "max_error_rate",
-        "prompt_count": "prompts.count",
-    }
+    """Map the CLI flags the user SET (not None, not False) to dotted scenario keys.
+
+    Which key a flag sets is declared on the scenario field itself (`flag(...)` metadata)."""
+    from kvbench.configfile import flag_keys
+    from kvbench.scenario import Scenario
+
     out: dict[str, Any] = {}
-    for flag, key in mapping.items():
-        if flags.get(flag) is not None:
-            out[key] = flags[flag]
-    if flags.get("lengths") is not None:
-        out["prompts.lengths"] = _parse_lengths(flags["lengths"])
-    if flags.get("baseline"):
-        out["baseline"] = True
-    if flags.get("noisy"):
-        out["noisy.enabled"] = True
+    for name, key in flag_keys(Scenario).items():
+        value = flags.get(name)
+        if value is None or value is False:
+            continue
+        out[key] = _parse_lengths(value) if name == "lengths" else value
     out.update(_parse_set(flags.get("set_values") or []))
     return out
 
@@ -107,7 +94,7 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option(help="Failed fraction still counted a pass (default 0).")
         ] = None,
         set_values: Annotated[
-            list[str] | None, typer.Option("--set", help="Override any field: --set cache.warm_repeats=2.")
+            list[str] | None, typer.Option("--set", help="Override any field: --set test.warm_repeats=2.")
         ] = None,
         output_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("results"),
         allow_unverified_cold: Annotated[
@@ -135,9 +122,8 @@ def register(app: typer.Typer) -> None:
             retries=retries,
             max_error_rate=max_error_rate,
             set_values=set_values,
+            api_key_env=api_key_env,
         )
-        if api_key_env is not None:
-            overrides["target.api_key_env"] = api_key_env
         scn, _ = load_scenario(scenario, overrides)
         code = execute(
             scn,

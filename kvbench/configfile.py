@@ -133,15 +133,18 @@ def field_at(model: type[BaseModel], dotted: str, data: dict[str, Any] | None = 
 
 
 def _select(ann: Any, part: str, node: Any) -> Any | None:
+    found: list[Any] = []
     for member in _members(ann):
         if isinstance(member, type) and issubclass(member, BaseModel):
             info = member.model_fields.get(part)
-            if info is None or not _tag_matches(member, node):
-                continue
-            return _with_metadata(info)
-        if typing.get_origin(member) is dict:
-            return typing.get_args(member)[1]
-    return None
+            if info is not None and _tag_matches(member, node, part):
+                found.append(_with_metadata(info))
+        elif typing.get_origin(member) is dict:
+            found.append(typing.get_args(member)[1])
+    if not found:
+        return None
+    # setting a union's tag itself: any member's tag will do
+    return found[0] if len(found) == 1 else Union[tuple(found)]  # noqa: UP007
 
 
 def _members(ann: Any) -> list[Any]:
@@ -152,12 +155,13 @@ def _members(ann: Any) -> list[Any]:
     return [ann]
 
 
-def _tag_matches(member: type[BaseModel], node: Any) -> bool:
-    """A union member fits the data when the data names no tag, or names this member's."""
+def _tag_matches(member: type[BaseModel], node: Any, setting: str) -> bool:
+    """A union member fits the data when the data names no tag, or names this member's
+    (the tag being set right now does not count)."""
     if not isinstance(node, dict):
         return True
     for name, info in member.model_fields.items():
-        if typing.get_origin(info.annotation) is typing.Literal and name in node:
+        if name != setting and typing.get_origin(info.annotation) is typing.Literal and name in node:
             return node[name] in typing.get_args(info.annotation)
     return True
 
@@ -223,6 +227,28 @@ def _yaml_or_text(raw: str) -> Any:
         return raw
 
 
+def flag_keys(model: type[BaseModel]) -> dict[str, str]:
+    """CLI option name -> dotted key, from fields that carry `json_schema_extra={"flag": NAME}`."""
+    out: dict[str, str] = {}
+    seen: set[type] = set()
+
+    def walk(m: type[BaseModel], prefix: str) -> None:
+        if m in seen:
+            return
+        seen.add(m)
+        for name, info in m.model_fields.items():
+            extra = info.json_schema_extra
+            if isinstance(extra, dict) and isinstance(extra.get("flag"), str):
+                out[str(extra["flag"])] = prefix + name
+            for sub in _members(info.annotation):
+                if isinstance(sub, type) and issubclass(sub, BaseModel):
+                    walk(sub, f"{prefix}{name}.")
+        seen.discard(m)
+
+    walk(model, "")
+    return out
+
+
 # --- error lines -------------------------------------------------------------------------------------
 
 
@@ -280,8 +306,8 @@ def format_errors(exc: ValidationError, model: type[BaseModel] | None = None) ->
         where = ".".join(loc)
         if msg.startswith(where + ":"):
             msg = msg[len(where) + 1 :].strip()
-        # a cross-field check names its own field
-        self_named = not where and re.match(r"^[\w.]+: ", msg)
+        # a cross-field check names its own field (the whole path, or one below where it ran)
+        self_named = re.match(r"^[\w.]+: ", msg) and (not where or msg.startswith(where + "."))
         line = msg if self_named else f"{where or '(top level)'}: {msg}"
         if line not in lines:
             lines.append(line)

@@ -38,12 +38,11 @@ from kvbench.results.schema import (
     PromptsInfo,
     TargetInfoModel,
 )
+from kvbench.run.registry import test_type
 from kvbench.run_context import Run, RunOptions
 from kvbench.scenario import Scenario, scenario_to_yaml
 from kvbench.target import TargetInfo, embedded_mock, identify, preflight, request_headers
-from kvbench.throughput import run_throughput
 from kvbench.tokenize import server_token_counter
-from kvbench.ttft import pin_slot, run_ttft
 
 __all__ = ["RunOptions", "RunOutcome", "run_scenario"]
 
@@ -129,8 +128,8 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
         if base_url is None:
             run_id, run_path = new_run_dir(opts.output_dir, scn.name)
             opts.run_dir = run_path
-            needs_fabric = scn.noisy.enabled and scn.noise.kind == "tcp" and not scn.noise.targets
-            persist = opts.mock_persist_dir or (run_path / "mock-g4" if scn.between_phases.command else None)
+            needs_fabric = scn.test.noisy_phases and scn.noise.kind == "tcp" and not scn.noise.targets
+            persist = opts.mock_persist_dir or (run_path / "mock-g4" if scn.test.restarts_server else None)
             mock = await stack.enter_async_context(
                 embedded_mock(
                     scn.target.mock_profile,
@@ -180,7 +179,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             ignore_eos=scn.output.ignore_eos,
             first_token_timeout_s=scn.target.timeouts.first_token_s,
             total_timeout_s=scn.target.timeouts.total_s,
-            extra_body={**adapter.extra_body, **pin_slot(scn), **opts.extra_body},
+            extra_body={**adapter.extra_body, **test_type(scn).extra_body(scn), **opts.extra_body},
         )
         client = StreamingClient(cfg, session, origin_ns, headers)
         rd = RunDir(run_path, run_id)
@@ -190,7 +189,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             run_id=run_id,
             run_dir=str(run_path),
             scenario_name=scn.name,
-            test=scn.test,
+            test=scn.test_name,
             status="running",
             started_at=utc_now_iso(),
             clock_origin_ns=origin_ns,
@@ -216,10 +215,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             )
             prompts = await make_prompt_set(run)
             rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
-            if scn.test == "ttft":
-                await run_ttft(run, prompts)
-            else:
-                await run_throughput(run, prompts)
+            await test_type(scn).plan(run, prompts)
             status = "complete"
         except asyncio.CancelledError:
             status = "interrupted"

@@ -16,7 +16,7 @@ from kvbench.prompts import Prompt
 from kvbench.results import NOISE
 from kvbench.results.schema import Label, PhaseEntry
 from kvbench.run_context import Run, phase_entry, with_base
-from kvbench.scenario import Scenario
+from kvbench.scenario import Scenario, ThroughputSection
 
 RESTART_MOCK = "@restart-mock"
 
@@ -30,19 +30,25 @@ class PhasePlan:
     repetition: int = 0
 
 
+def section(scn: Scenario) -> ThroughputSection:
+    assert isinstance(scn.test, ThroughputSection), scn.test.kind
+    return scn.test
+
+
 def throughput_plan(scn: Scenario, restart: bool) -> list[PhasePlan]:
+    test = section(scn)
     plans: list[PhasePlan] = []
     for rep in range(scn.repetitions):
         sfx = f"-r{rep + 1}" if scn.repetitions > 1 else ""
-        if scn.baseline:
+        if test.baseline:
             plans.append(PhasePlan(f"baseline{sfx}", Label.BASELINE, "request", repetition=rep))
-        if scn.noisy.enabled:
-            for k in range(scn.noisy.pairs):
+        if test.noisy.enabled:
+            for k in range(test.noisy.pairs):
                 pair = [
                     PhasePlan(f"quiet-{k + 1}{sfx}", Label.QUIET, "run", repetition=rep),
                     PhasePlan(f"noisy-{k + 1}{sfx}", Label.NOISY, "run", noisy=True, repetition=rep),
                 ]
-                plans.extend(pair if scn.noisy.order == "quiet_first" else pair[::-1])
+                plans.extend(pair if test.noisy.order == "quiet_first" else pair[::-1])
         else:
             plans.append(PhasePlan(f"cached{sfx}", Label.CACHED, "run", repetition=rep))
             if restart:
@@ -53,7 +59,8 @@ def throughput_plan(scn: Scenario, restart: bool) -> list[PhasePlan]:
 async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
     scn = run.scn
     items = work_items(scn.load, len(prompts))
-    restart = bool(scn.between_phases.command or scn.between_phases.base_url)
+    test = section(scn)
+    restart = bool(test.between_phases.command or test.between_phases.base_url)
     salt = run.new_salt()
     results: list[PhaseEntry] = []
     fill_items = [WorkItem(i, i) for i in range(len(prompts))]
@@ -63,7 +70,7 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
         else:
             salt = run.new_salt()
             await run.reset()
-        if plan.label in (Label.QUIET, Label.NOISY) and scn.noisy.cache_start == "filled":
+        if plan.label in (Label.QUIET, Label.NOISY) and test.noisy.cache_start == "filled":
             # the "same cached requests" reading: every prompt once, quiet and unmeasured, so the
             # measured phase reads everything back from the cache (G4 in the ibm-g4 profile)
             fill = PhasePlan(f"fill-{plan.name}", Label.FILL, "run", repetition=plan.repetition)
@@ -139,7 +146,7 @@ async def noise_for(run: Run, plan: PhasePlan) -> AsyncIterator[Any]:
 
 async def between_phases(run: Run) -> None:
     """The persistence test: restart the server (or move to another) between fill and measure."""
-    bp = run.scn.between_phases
+    bp = section(run.scn).between_phases
     if bp.command == RESTART_MOCK:
         if run.target.mock is None:
             raise KvbenchError(

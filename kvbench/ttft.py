@@ -11,16 +11,22 @@ from kvbench.errors import KvbenchError
 from kvbench.prompts import Prompt, build_prompts, make_salt
 from kvbench.results.schema import Label, TtftStep
 from kvbench.run_context import Run, phase_entry
-from kvbench.scenario import Scenario
+from kvbench.scenario import Scenario, TtftSection
+
+
+def section(scn: Scenario) -> TtftSection:
+    assert isinstance(scn.test, TtftSection), scn.test.kind
+    return scn.test
 
 
 async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
     scn = run.scn
+    test = section(scn)
     rows: list[dict[str, Any]] = []
     for rep in range(scn.repetitions):
         phase = "ttft"
         run.progress.start_phase(
-            f"ttft rep {rep + 1}/{scn.repetitions}", len(prompts) * (1 + scn.cache.warm_repeats)
+            f"ttft rep {rep + 1}/{scn.repetitions}", len(prompts) * (1 + test.warm_repeats)
         )
         before = await run.phase_boundary(phase)
         started = run.client.now()
@@ -33,7 +39,7 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
             evicted = await evict(run, rep, prompt)
             warm_label = Label.EVICTED_WARM if evicted is not None else Label.WARM
             warms = []
-            for _ in range(scn.cache.warm_repeats):
+            for _ in range(test.warm_repeats):
                 warms.append(
                     await run.issue(phase=phase, label=warm_label, rep=rep, prompt=prompt, text=text)
                 )
@@ -58,7 +64,8 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
 
 async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
     """Between cold and warm, push the prompt's KV out of the fast tiers; None when not asked to."""
-    mode = run.scn.cache.eviction
+    test = section(run.scn)
+    mode = test.eviction
     if mode == "none":
         return None
     if mode == "tier_reset":
@@ -68,7 +75,7 @@ async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
         return {"eviction": mode}
     if mode == "slot_file":
         return await slot_file_round_trip(run, current)
-    total = run.scn.cache.filler_tokens or 2 * current.requested_tokens
+    total = test.filler_tokens or 2 * current.requested_tokens
     n = max(1, -(-total // max(current.requested_tokens, 1)))
     fillers = await build_prompts(
         [current.requested_tokens] * n,
@@ -167,7 +174,7 @@ def ttft_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def pin_slot(scn: Scenario) -> dict[str, Any]:
     # slot_file saves and restores slot 0: every request must land in it
-    return {"id_slot": 0} if scn.cache.eviction == "slot_file" else {}
+    return {"id_slot": 0} if isinstance(scn.test, TtftSection) and scn.test.eviction == "slot_file" else {}
 
 
 def _dash(x: Any) -> str:
