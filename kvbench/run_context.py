@@ -14,8 +14,9 @@ import numpy as np
 from kvbench.cache import CacheAdapter, TargetHTTP, reset_cache
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body
 from kvbench.errors import KvbenchError
+from kvbench.load.backends import LoadBackend, load_backend
+from kvbench.load.prompts import Prompt, TokenCounter, make_salt
 from kvbench.progress import Progress
-from kvbench.prompts import Prompt, TokenCounter, make_salt
 from kvbench.results import RunDir
 from kvbench.results.schema import Label, PhaseEntry
 from kvbench.scenario import Scenario
@@ -66,6 +67,7 @@ class Run:
         self.summary_lines: list[str] = []
         self.token_counter: TokenCounter | None = None
         self.seq = 0
+        self.load_backend: LoadBackend = load_backend("local")
 
     # -- one request ---------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from kvbench import __version__
 from kvbench.cache import ADAPTERS, TargetHTTP
 from kvbench.client import ClientConfig, StreamingClient, make_session
 from kvbench.errors import KvbenchError
-from kvbench.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
+from kvbench.load.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
 from kvbench.results import METRIC_DELTAS, PROMPTS, SCENARIO, RunDir, new_run_dir, utc_now_iso
 from kvbench.results.schema import (
     ColdStart,
@@ -260,9 +260,7 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
     scn = run.scn
     spec = scn.prompts.lengths
     count = scn.prompts.resolved_count()
-    lengths = resolve_lengths(
-        spec if isinstance(spec, list) else (spec.min, spec.max, spec.distribution), count, scn.prompts.seed
-    )
+    lengths = resolve_lengths(spec, count, scn.prompts.seed)
     counter = await server_token_counter(run.http, run.target.model, run.target.engine, scn.target.api)
     run.token_counter = bounded_counter(counter) if counter else None
     t0 = time.perf_counter()

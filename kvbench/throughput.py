@@ -11,8 +11,8 @@ from typing import Any
 
 from kvbench.cache import TargetHTTP
 from kvbench.errors import KvbenchError, TargetUnreachable
-from kvbench.load import WorkItem, run_load, work_items
-from kvbench.prompts import Prompt
+from kvbench.load.prompts import Prompt
+from kvbench.load.schedule import WorkItem, work_items
 from kvbench.results import NOISE
 from kvbench.results.schema import Label, PhaseEntry
 from kvbench.run_context import Run, phase_entry, with_base
@@ -104,7 +104,7 @@ async def run_phase(
         started = run.client.now()  # after the noise is up: its start-up is not phase time
         async with run.scraper.during(plan.name, scn.telemetry.interval_s):
             try:
-                await run_load(scn.load, items, issue)
+                await run.load_backend.run(scn.load, items, issue)
             finally:
                 run.progress.end_phase()
         ended = run.client.now()

@@ -8,7 +8,7 @@ import numpy as np
 
 from kvbench.client import RequestRecord
 from kvbench.errors import KvbenchError
-from kvbench.prompts import Prompt, build_prompts, make_salt
+from kvbench.load.prompts import Prompt, build_prompts, make_salt
 from kvbench.results.schema import Label, TtftStep
 from kvbench.run_context import Run, phase_entry
 from kvbench.scenario import Scenario, TtftSection

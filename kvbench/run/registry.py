@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kvbench.scenario import SECTIONS, Scenario, SectionBase, ThroughputSection, TtftSection
 
 if TYPE_CHECKING:
-    from kvbench.prompts import Prompt
+    from kvbench.load.prompts import Prompt
     from kvbench.run_context import Run
 
 Plan = Callable[["Run", "list[Prompt]"], Awaitable[None]]

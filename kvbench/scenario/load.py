@@ -24,6 +24,11 @@ class SequentialLoad(Strict):
     def arrival_rate(self) -> float | None:
         return None
 
+    @property
+    def paced(self) -> bool:
+        """Requests start at arrival times (open loop) rather than as soon as a worker is free."""
+        return False
+
     def requests_per_phase(self, n_prompts: int) -> int:
         return n_prompts
 
@@ -54,6 +59,10 @@ class ConcurrentLoad(Strict):
     def arrival_rate(self) -> float | None:
         return None
 
+    @property
+    def paced(self) -> bool:
+        return False
+
     def requests_per_phase(self, n_prompts: int) -> int:
         return self.requests
 
@@ -75,6 +84,10 @@ class RateLoad(Strict):
     @property
     def arrival_rate(self) -> float | None:
         return self.rate
+
+    @property
+    def paced(self) -> bool:
+        return True
 
     def requests_per_phase(self, n_prompts: int) -> int:
         return self.requests
