@@ -51,9 +51,9 @@ def _register_subcommands() -> None:
     if _state.get("registered"):
         return
     _state["registered"] = True
-    from kvbench import commands_run
+    from kvbench.run import commands as run_commands
 
-    commands_run.register(app)
+    run_commands.register(app)
     for module_name in (
         "kvbench.mock.commands",
         "kvbench.report.commands",

@@ -15,7 +15,7 @@ from kvbench.scenario import SECTIONS, Scenario, SectionBase, ThroughputSection,
 
 if TYPE_CHECKING:
     from kvbench.load.prompts import Prompt
-    from kvbench.run_context import Run
+    from kvbench.run.context import Run
 
 Plan = Callable[["Run", "list[Prompt]"], Awaitable[None]]
 
@@ -38,8 +38,8 @@ class TestType:
 
 
 def _registry() -> dict[str, TestType]:
-    from kvbench.throughput import run_throughput
-    from kvbench.ttft import pin_slot, run_ttft
+    from kvbench.run.throughput import run_throughput
+    from kvbench.run.ttft import pin_slot, run_ttft
 
     return {
         "ttft": TestType("ttft", TtftSection, run_ttft, pin_slot),

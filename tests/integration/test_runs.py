@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kvbench.results import load_manifest, load_run, read_jsonl, read_manifest
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow

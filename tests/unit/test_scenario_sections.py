@@ -76,7 +76,7 @@ def test_section_properties() -> None:
 def test_every_flag_key_is_a_run_option() -> None:
     import typer
 
-    from kvbench.commands_run import register
+    from kvbench.run.commands import register
 
     app = typer.Typer()
     register(app)
@@ -88,7 +88,7 @@ def test_every_flag_key_is_a_run_option() -> None:
 
 
 def test_run_flags_map_to_new_paths() -> None:
-    from kvbench.commands_run import build_overrides
+    from kvbench.run.commands import build_overrides
 
     out = build_overrides(baseline=True, noisy=False, concurrency=8, lengths="1k,2k", api_key_env="K")
     assert out == {

@@ -38,8 +38,8 @@ from kvbench.results.schema import (
     PromptsInfo,
     TargetInfoModel,
 )
+from kvbench.run.context import Run, RunOptions
 from kvbench.run.registry import test_type
-from kvbench.run_context import Run, RunOptions
 from kvbench.scenario import Scenario, scenario_to_yaml
 from kvbench.target import TargetInfo, embedded_mock, identify, preflight, request_headers
 from kvbench.tokenize import server_token_counter

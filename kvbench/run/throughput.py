@@ -15,7 +15,7 @@ from kvbench.load.prompts import Prompt
 from kvbench.load.schedule import WorkItem, work_items
 from kvbench.results import NOISE
 from kvbench.results.schema import Label, PhaseEntry
-from kvbench.run_context import Run, phase_entry, with_base
+from kvbench.run.context import Run, phase_entry, with_base
 from kvbench.scenario import Scenario, ThroughputSection
 
 RESTART_MOCK = "@restart-mock"

@@ -16,9 +16,9 @@ from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_b
 from kvbench.errors import KvbenchError
 from kvbench.load.backends import LoadBackend, load_backend
 from kvbench.load.prompts import Prompt, TokenCounter, make_salt
-from kvbench.progress import Progress
 from kvbench.results import RunDir
 from kvbench.results.schema import Label, PhaseEntry
+from kvbench.run.progress import Progress
 from kvbench.scenario import Scenario
 from kvbench.target import TargetInfo
 from kvbench.telemetry import Scraper, counter_deltas, sum_delta

@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
 def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: bool, report: bool) -> int:
     import asyncio
 
-    from kvbench.runner import RunOptions, run_scenario
+    from kvbench.run.runner import RunOptions, run_scenario
 
     opts = RunOptions(
         output_dir=output_dir, quiet=quiet, allow_unverified_cold=allow_unverified_cold, report=report

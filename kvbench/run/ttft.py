@@ -10,7 +10,7 @@ from kvbench.client import RequestRecord
 from kvbench.errors import KvbenchError
 from kvbench.load.prompts import Prompt, build_prompts, make_salt
 from kvbench.results.schema import Label, TtftStep
-from kvbench.run_context import Run, phase_entry
+from kvbench.run.context import Run, phase_entry
 from kvbench.scenario import Scenario, TtftSection
 
 
