@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
 def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: bool, report: bool) -> int:
     import asyncio
 
-    from kvbench.run.runner import RunOptions, run_scenario
+    from kvbench.run.runner import RunOptions, RunOutcome, run_scenario
 
     opts = RunOptions(
         output_dir=output_dir, quiet=quiet, allow_unverified_cold=allow_unverified_cold, report=report
@@ -197,9 +197,11 @@ def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: b
         with asyncio.Runner(loop_factory=runner_factory) as runner:
             outcome = runner.run(run_scenario(scn, opts))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        if opts.run_dir is not None:
-            print(f"kvbench: interrupted; finished requests are in {opts.run_dir}", file=sys.stderr)
-            print(f"kvbench: `kvbench report {opts.run_dir}` still works on it", file=sys.stderr)
+        outcome = RunOutcome(None, "interrupted", 130, {}, 0)
+    if outcome.status == "interrupted" or outcome.run_dir is None:
+        if outcome.run_dir is not None:
+            print(f"kvbench: interrupted; finished requests are in {outcome.run_dir}", file=sys.stderr)
+            print(f"kvbench: `kvbench report {outcome.run_dir}` still works on it", file=sys.stderr)
         else:
             print("kvbench: interrupted", file=sys.stderr)
         return 130

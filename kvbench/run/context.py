@@ -33,7 +33,6 @@ class RunOptions:
     report: bool = True
     mock_persist_dir: Path | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
-    run_dir: Path | None = None  # filled in as soon as the run directory exists
 
 
 class Run:

@@ -50,7 +50,7 @@ def _registry() -> dict[str, TestType]:
 TEST_TYPES: dict[str, TestType] = _registry()
 
 
-def test_type(scn: Scenario) -> TestType:
+def type_of_test(scn: Scenario) -> TestType:
     """The registered test type a scenario names (validation guarantees there is one)."""
     return TEST_TYPES[scn.test_name]
 

@@ -1,8 +1,12 @@
-"""run_scenario(): wire target, prompts, cache control, load, noise and telemetry; write the run directory.
+"""run_scenario(): connect to the target, build the client and the manifest, run the test's plan,
+finish the run directory.
+
+    run_scenario -> connect_target -> make_client -> start_manifest -> run_plan -> finish -> outcome
 
 A run is a list of phases. Every request becomes a row on disk the moment it
 ends (failed and cancelled ones too); the manifest is rewritten at each phase
-boundary, so an interrupted or killed run still says what it did.
+boundary, so an interrupted or killed run still says what it did. The test's plan
+comes from the test-type registry (kvbench.run.registry); nothing here knows the list.
 """
 
 from __future__ import annotations
@@ -16,45 +20,57 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kvbench import __version__
-from kvbench.cache import ADAPTERS, TargetHTTP
+from kvbench.cache import ADAPTERS, CacheAdapter, TargetHTTP
 from kvbench.client import ClientConfig, StreamingClient, make_session
-from kvbench.errors import KvbenchError
-from kvbench.load.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
-from kvbench.results import METRIC_DELTAS, PROMPTS, SCENARIO, RunDir, new_run_dir, utc_now_iso
+from kvbench.errors import KvbenchError, UsageError
+from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso
 from kvbench.results.schema import (
     ColdStart,
     EnvironmentInfo,
+    Label,
     LengthRangeInfo,
     LoadShape,
     Manifest,
     OptionsInfo,
-    PromptsInfo,
     TargetInfoModel,
 )
 from kvbench.run.context import Run, RunOptions
-from kvbench.run.registry import test_type
+from kvbench.run.prompt_set import make_prompt_set
+from kvbench.run.registry import type_of_test
 from kvbench.scenario import Scenario, scenario_to_yaml
 from kvbench.target import TargetInfo, embedded_mock, identify, preflight, request_headers
-from kvbench.tokenize import server_token_counter
 
 __all__ = ["RunOptions", "RunOutcome", "run_scenario"]
 
 
 @dataclass
 class RunOutcome:
-    run_dir: Path
+    """How a run ended. `run_dir` is None only when it was interrupted before the directory existed."""
+
+    run_dir: Path | None
     status: str
     exit_code: int
     error_counts: dict[str, int]
     requests: int
     summary_lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Connection:
+    """The target as connect_target found it: where it is, what it runs, the run directory."""
+
+    run_id: str
+    run_path: Path
+    target: TargetInfo
+    session: Any  # aiohttp.ClientSession
+    http: TargetHTTP
+    adapter: CacheAdapter
 
 
 def environment() -> dict[str, Any]:
@@ -106,200 +122,218 @@ def _remove_interrupt_handlers(loop: asyncio.AbstractEventLoop) -> None:
 
 
 async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
-    """Run a validated scenario end to end; returns where the results are and the exit code."""
+    """Run a validated scenario end to end; returns where the results are and the exit code.
+
+    SIGINT/SIGTERM end it as `interrupted` (exit 130) with the run directory, when there is one."""
     loop = asyncio.get_running_loop()
     me = asyncio.current_task()
     if me is not None:
         _install_interrupt_handlers(loop, me)
+    made: list[Path] = []  # the run directory, once it exists
     try:
-        return await _run_scenario(scn, opts)
+        return await _run_scenario(scn, opts, made)
+    except asyncio.CancelledError:
+        if me is not None:
+            me.uncancel()
+        return RunOutcome(made[0] if made else None, "interrupted", 130, {}, 0)
     finally:
         _remove_interrupt_handlers(loop)
 
 
-async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
+async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> RunOutcome:
+    check_output_dir(opts.output_dir)
     headers = request_headers(scn, opts.api_key_env)
     origin_ns = time.perf_counter_ns()
     async with contextlib.AsyncExitStack() as stack:
-        run_id: str | None = None
-        run_path: Path | None = None
-        mock = None
-        base_url = scn.target.base_url
-        if base_url is None:
-            run_id, run_path = new_run_dir(opts.output_dir, scn.name)
-            opts.run_dir = run_path
-            needs_fabric = scn.test.noisy_phases and scn.noise.kind == "tcp" and not scn.noise.targets
-            persist = opts.mock_persist_dir or (run_path / "mock-g4" if scn.test.restarts_server else None)
-            mock = await stack.enter_async_context(
-                embedded_mock(
-                    scn.target.mock_profile,
-                    run_path / "mock_ground_truth.jsonl",
-                    needs_fabric,
-                    persist,
-                    scn.target.mock_overrides,
-                )
-            )
-            base_url = mock.base_url
-        session = await stack.enter_async_context(
-            make_session(scn.load.max_in_flight, scn.target.timeouts.connect_s)
-        )
-        http = TargetHTTP(session, base_url, headers)
-        model, version, max_len = await preflight(http, scn)
-        engine = await identify(http, scn)
-        max_len = scn.target.max_model_len or max_len
-        if max_len is not None and scn.prompts.max_length() + scn.output.max_tokens > max_len:
-            from kvbench.errors import UsageError
+        conn = await connect_target(stack, scn, opts, headers, made)
+        client = make_client(scn, opts, conn, origin_ns, headers)
+        rd = start_manifest(scn, opts, conn, origin_ns)
+        run = Run(scn, opts, rd, conn.target, conn.http, client, conn.adapter, origin_ns)
+        await run_plan(run)
+    return outcome(run)
 
-            raise UsageError(
-                f"prompts.lengths: longest prompt {scn.prompts.max_length()} + max_tokens "
-                f"{scn.output.max_tokens} exceeds the model's context {max_len}"
+
+async def connect_target(
+    stack: contextlib.AsyncExitStack,
+    scn: Scenario,
+    opts: RunOptions,
+    headers: dict[str, str],
+    made: list[Path],
+) -> Connection:
+    """Start the embedded mock if no server is named, check the server answers, learn what it is.
+
+    The run directory is created here: before the mock (its ground truth goes in it), else only
+    once the server has answered, so an unreachable server leaves no empty directory behind."""
+    run_id: str | None = None
+    run_path: Path | None = None
+    mock = None
+    base_url = scn.target.base_url
+    if base_url is None:
+        run_id, run_path = new_run_dir(opts.output_dir, scn.name)
+        made.append(run_path)
+        needs_fabric = scn.test.noisy_phases and scn.noise.kind == "tcp" and not scn.noise.targets
+        persist = opts.mock_persist_dir or (run_path / "mock-g4" if scn.test.restarts_server else None)
+        mock = await stack.enter_async_context(
+            embedded_mock(
+                scn.target.mock_profile,
+                run_path / "mock_ground_truth.jsonl",
+                needs_fabric,
+                persist,
+                scn.target.mock_overrides,
             )
-        if run_path is None or run_id is None:
-            run_id, run_path = new_run_dir(opts.output_dir, scn.name)
-        opts.run_dir = run_path
-        target = TargetInfo(
-            kind="mock" if mock else "server",
-            base_url=base_url,
-            model=model,
-            engine=engine,
-            api=scn.target.api,
-            mock_profile=getattr(mock, "profile_name", None) if mock else None,
-            server_version=version,
-            max_model_len=max_len,
-            mock=mock,
-            header_names=sorted(headers),
         )
-        adapter = ADAPTERS.get(engine, ADAPTERS["generic"])
-        cfg = ClientConfig(
-            base_url=base_url,
-            model=model,
-            api=scn.target.api,
-            max_tokens=scn.output.max_tokens,
-            temperature=scn.output.temperature,
-            ignore_eos=scn.output.ignore_eos,
-            first_token_timeout_s=scn.target.timeouts.first_token_s,
-            total_timeout_s=scn.target.timeouts.total_s,
-            extra_body={**adapter.extra_body, **test_type(scn).extra_body(scn), **opts.extra_body},
+        base_url = mock.base_url
+    session = await stack.enter_async_context(
+        make_session(scn.load.max_in_flight, scn.target.timeouts.connect_s)
+    )
+    http = TargetHTTP(session, base_url, headers)
+    model, version, max_len = await preflight(http, scn)
+    engine = await identify(http, scn)
+    max_len = scn.target.max_model_len or max_len
+    problem = scn.context_problem(max_len, "the model's context")
+    if problem:
+        raise UsageError(problem)
+    if run_path is None or run_id is None:
+        run_id, run_path = new_run_dir(opts.output_dir, scn.name)
+        made.append(run_path)
+    target = TargetInfo(
+        kind="mock" if mock else "server",
+        base_url=base_url,
+        model=model,
+        engine=engine,
+        api=scn.target.api,
+        mock_profile=getattr(mock, "profile_name", None) if mock else None,
+        server_version=version,
+        max_model_len=max_len,
+        mock=mock,
+        header_names=sorted(headers),
+    )
+    adapter = ADAPTERS.get(engine, ADAPTERS["generic"])
+    return Connection(run_id, run_path, target, session, http, adapter)
+
+
+def make_client(
+    scn: Scenario, opts: RunOptions, conn: Connection, origin_ns: int, headers: dict[str, str]
+) -> StreamingClient:
+    """The timed client: the scenario's generation settings plus what the engine and the test add."""
+    cfg = ClientConfig(
+        base_url=conn.target.base_url,
+        model=conn.target.model,
+        api=scn.target.api,
+        max_tokens=scn.output.max_tokens,
+        temperature=scn.output.temperature,
+        ignore_eos=scn.output.ignore_eos,
+        first_token_timeout_s=scn.target.timeouts.first_token_s,
+        total_timeout_s=scn.target.timeouts.total_s,
+        extra_body={**conn.adapter.extra_body, **type_of_test(scn).extra_body(scn), **opts.extra_body},
+    )
+    return StreamingClient(cfg, conn.session, origin_ns, headers)
+
+
+def start_manifest(scn: Scenario, opts: RunOptions, conn: Connection, origin_ns: int) -> RunDir:
+    """Write the resolved scenario and the first manifest (status running) into the run directory."""
+    (conn.run_path / SCENARIO).write_text(scenario_to_yaml(scn, redact=True), encoding="utf-8")
+    rd = RunDir(conn.run_path, conn.run_id)
+    rd.manifest = Manifest(
+        kvbench_version=__version__,
+        run_id=conn.run_id,
+        run_dir=str(conn.run_path),
+        scenario_name=scn.name,
+        test=scn.test_name,
+        status="running",
+        started_at=utc_now_iso(),
+        clock_origin_ns=origin_ns,
+        target=TargetInfoModel.model_validate(conn.target.manifest()),
+        simulated=conn.target.mock is not None,
+        reference=scn.reference,
+        environment=EnvironmentInfo.model_validate(environment()),
+        options=OptionsInfo(
+            allow_unverified_cold=opts.allow_unverified_cold,
+            retries=scn.retries,
+            api_key_env=opts.api_key_env or scn.target.api_key_env,
+            max_error_rate=scn.max_error_rate,
+        ),
+        load=load_shape(scn),
+    )
+    rd.save_manifest()
+    return rd
+
+
+async def run_plan(run: Run) -> None:
+    """Prompts, a verified cold start, then the test's phases; the manifest says how it ended."""
+    scn = run.scn
+    status = "failed"
+    try:
+        run.progress.log(
+            f"kvbench {__version__}: {scn.name} against {run.target.kind} {run.target.base_url} "
+            f"(model {run.target.model}, engine {run.target.engine}) -> {run.rd.path}"
         )
-        client = StreamingClient(cfg, session, origin_ns, headers)
-        rd = RunDir(run_path, run_id)
-        (run_path / SCENARIO).write_text(scenario_to_yaml(scn, redact=True), encoding="utf-8")
-        rd.manifest = Manifest(
-            kvbench_version=__version__,
-            run_id=run_id,
-            run_dir=str(run_path),
-            scenario_name=scn.name,
-            test=scn.test_name,
-            status="running",
-            started_at=utc_now_iso(),
-            clock_origin_ns=origin_ns,
-            target=TargetInfoModel.model_validate(target.manifest()),
-            simulated=mock is not None,
-            reference=scn.reference,
-            environment=EnvironmentInfo.model_validate(environment()),
-            options=OptionsInfo(
-                allow_unverified_cold=opts.allow_unverified_cold,
-                retries=scn.retries,
-                api_key_env=opts.api_key_env or scn.target.api_key_env,
-                max_error_rate=scn.max_error_rate,
-            ),
-            load=load_shape(scn),
-        )
-        rd.save_manifest()
-        run = Run(scn, opts, rd, target, http, client, adapter, origin_ns)
-        status = "failed"
-        try:
-            run.progress.log(
-                f"kvbench {__version__}: {scn.name} against {target.kind} {base_url} "
-                f"(model {model}, engine {engine}) -> {run_path}"
-            )
-            prompts = await make_prompt_set(run)
-            rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
-            await test_type(scn).plan(run, prompts)
-            status = "complete"
-        except asyncio.CancelledError:
+        prompts = await make_prompt_set(run)
+        run.rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
+        await type_of_test(scn).plan(run, prompts)
+        status = "complete"
+    except asyncio.CancelledError:
+        status = "interrupted"
+        raise
+    except KvbenchError as exc:
+        run.rd.update(error=exc.message)
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
             status = "interrupted"
-            raise
-        except KvbenchError as exc:
-            rd.update(error=exc.message)
-            raise
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                status = "interrupted"
-            else:
-                rd.update(error=f"{type(exc).__name__}: {exc}")
-            raise
-        finally:
-            rd.update(
-                status=status,
-                ended_at=utc_now_iso(),
-                error_counts=dict(run.error_counts),
-                requests=len(run.records),
-            )
-            (run_path / METRIC_DELTAS).write_text(_json(run.metric_deltas), encoding="utf-8")
-            rd.save_manifest()
-            rd.close()
-            if run.noise_writer is not None:
-                run.noise_writer.close()
-            if run.scraper.writer is not None:
-                run.scraper.writer.close()
-    measured = [r for r in run.records if r.phase != "probe"]
-    failed = sum(not r.ok for r in measured)
+        else:
+            run.rd.update(error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        finish(run, status)
+
+
+def finish(run: Run, status: str) -> None:
+    """Final manifest, metric deltas, every writer closed (on any ending, interrupts included)."""
+    run.rd.update(
+        status=status,
+        ended_at=utc_now_iso(),
+        error_counts=dict(run.error_counts),
+        requests=len(run.records),
+    )
+    (run.rd.path / METRIC_DELTAS).write_text(_json(run.metric_deltas), encoding="utf-8")
+    run.rd.save_manifest()
+    run.rd.close()
+    if run.noise_writer is not None:
+        run.noise_writer.close()
+    if run.scraper.writer is not None:
+        run.scraper.writer.close()
+
+
+def outcome(run: Run) -> RunOutcome:
+    """Exit code from the measured requests (probes excluded); one failure line that counts requests
+    only (never attempts or probes mixed in)."""
+    scn = run.scn
+    measured = [r for r in run.records if r.phase != Label.PROBE]
+    failures = Counter(r.error_type or "unknown" for r in measured if not r.ok)
+    failed = sum(failures.values())
     rate = failed / len(measured) if measured else 0.0
     exit_code = 0 if rate <= scn.max_error_rate else 1
     lines = list(run.summary_lines)
     if exit_code:
+        by_type = ", ".join(f"{n} {kind}" for kind, n in failures.most_common())
         lines.append(
             f"{failed} of {len(measured)} requests failed ({rate:.1%} > max_error_rate "
-            f"{scn.max_error_rate:.1%}): {dict(run.error_counts)}"
+            f"{scn.max_error_rate:.1%}): {by_type}"
         )
-    return RunOutcome(run_path, status, exit_code, dict(run.error_counts), len(measured), lines)
+    return RunOutcome(run.rd.path, "complete", exit_code, dict(run.error_counts), len(measured), lines)
 
 
-async def make_prompt_set(run: Run) -> list[Prompt]:
-    scn = run.scn
-    spec = scn.prompts.lengths
-    count = scn.prompts.resolved_count()
-    lengths = resolve_lengths(spec, count, scn.prompts.seed)
-    counter = await server_token_counter(run.http, run.target.model, run.target.engine, scn.target.api)
-    run.token_counter = bounded_counter(counter) if counter else None
-    t0 = time.perf_counter()
-    prompts = await build_prompts(
-        lengths,
-        seed=scn.prompts.seed,
-        shared_prefix_tokens=scn.prompts.shared_prefix_tokens,
-        counter=run.token_counter,
-        sample_salt=make_salt(np.random.default_rng(0)) if scn.prompts.salt != "none" else "",
-        tolerance=scn.prompts.tolerance_tokens,
-    )
-    elapsed = time.perf_counter() - t0
-    with run.rd.writer(PROMPTS) as w:
-        for p in prompts:
-            w.write(p.row(""))
-    off = [
-        p
-        for p in prompts
-        if p.actual_tokens is not None
-        and abs(p.actual_tokens - p.requested_tokens) > scn.prompts.tolerance_tokens
-    ]
-    run.rd.update(
-        prompts=PromptsInfo(
-            count=len(prompts),
-            build_s=round(elapsed, 3),
-            count_source=prompts[0].count_source if prompts else None,
-            counted_as="chat message with template"
-            if getattr(counter, "counts_chat", False)
-            else "raw text (a chat template adds its tokens on top)"
-            if scn.target.api == "chat"
-            else "raw text",
-            outside_tolerance=len(off),
-        )
-    )
-    run.progress.log(
-        f"built {len(prompts)} prompts ({sum(lengths):,} tokens) in {elapsed:.1f}s, "
-        f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
-    )
-    return prompts
+def check_output_dir(path: Path) -> None:
+    """--output-dir must be a directory we can create files in; checked before any server is contacted."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".kvbench-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise UsageError(f"--output-dir {path}: cannot write there ({why})") from None
 
 
 def load_shape(scn: Scenario) -> LoadShape:

@@ -49,17 +49,20 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         self.test.check(self)
-        if self.target.max_model_len is not None:
-            need = self.prompts.max_length() + self.output.max_tokens
-            if need > self.target.max_model_len:
-                raise ValueError(
-                    f"prompts.lengths: longest prompt + max_tokens = {need} exceeds "
-                    f"target.max_model_len {self.target.max_model_len}"
-                )
+        problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
+        if problem:
+            raise ValueError(problem)
         shared = self.prompts.shared_prefix_tokens
         if shared and isinstance(self.prompts.lengths, list) and shared >= min(self.prompts.lengths):
             raise ValueError("prompts.shared_prefix_tokens: must be shorter than the shortest prompt")
         return self
+
+    def context_problem(self, max_len: int | None, what: str) -> str | None:
+        """The one context-length rule (checked at validation and again with the server's figure)."""
+        need = self.prompts.max_length() + self.output.max_tokens
+        if max_len is None or need <= max_len:
+            return None
+        return f"prompts.lengths: longest prompt + max_tokens = {need} exceeds {what} {max_len}"
 
     @property
     def test_name(self) -> str:

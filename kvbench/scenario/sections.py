@@ -8,8 +8,27 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+def check_base_url(v: str) -> str:
+    """A server root that a connection can be opened to, normalised (no trailing / or /v1).
+
+    Checked at validation so that a typo is exit 2 naming the field, not exit 3 "cannot reach"."""
+    if not re.match(r"^https?://[^\s/]+", v):
+        raise ValueError("must start with http:// or https:// and name a host")
+    try:
+        parts = urlsplit(v)
+        port = parts.port  # raises on a port that is not a number or out of range
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL ({exc})") from None
+    if not parts.hostname:
+        raise ValueError("must name a host")
+    if port == 0:
+        raise ValueError("port must be between 1 and 65535")
+    return v.rstrip("/").removesuffix("/v1")
 
 
 class Strict(BaseModel):
@@ -83,11 +102,7 @@ class Target(Strict):
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if not re.match(r"^https?://[^\s/]+", v):
-            raise ValueError("must start with http:// or https:// and name a host")
-        return v.rstrip("/").removesuffix("/v1")
+        return None if v is None else check_base_url(v)
 
 
 # --- prompts ----------------------------------------------------------------------------------------

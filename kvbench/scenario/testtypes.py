@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from kvbench.scenario.sections import Strict, flag
+from kvbench.scenario.sections import Strict, check_base_url, flag
 
 if TYPE_CHECKING:
     from kvbench.scenario.model import Scenario
@@ -99,6 +99,11 @@ class BetweenPhases(Strict):
     base_url: str | None = Field(
         None, description="Measure against this server after the fill (persistence test)."
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else check_base_url(v)
 
 
 class ThroughputSection(SectionBase):
