@@ -61,122 +61,122 @@ def build_overrides(**flags: Any) -> dict[str, Any]:
     return out
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("run", help=RUN_HELP)
-    def run_cmd(
-        scenario: Annotated[str, typer.Argument(help="Scenario name (ttft, throughput, ...) or YAML path.")],
-        base_url: Annotated[
-            str | None, typer.Option(help="Server root URL; absent = the embedded mock.")
-        ] = None,
-        model: Annotated[str | None, typer.Option(help="Model name; absent = first of /v1/models.")] = None,
-        api: Annotated[str | None, typer.Option(help="completions or chat.")] = None,
-        engine: Annotated[
-            str | None, typer.Option(help="auto, mock, vllm, sglang, dynamo, lmcache, llamacpp, generic.")
-        ] = None,
-        api_key_env: Annotated[
-            str | None, typer.Option(help="NAME of the env variable holding the API key (never the key).")
-        ] = None,
-        mock_profile: Annotated[
-            str | None, typer.Option(help="Mock profile when no server is named (ci, ibm-g4, laptop, ...).")
-        ] = None,
-        noisy: Annotated[bool, typer.Option("--noisy", help="Throughput: quiet then noisy phases.")] = False,
-        baseline: Annotated[
-            bool, typer.Option("--baseline", help="Throughput: also the no-reuse baseline.")
-        ] = False,
-        lengths: Annotated[str | None, typer.Option(help="Prompt lengths, e.g. 1000,4000,8k.")] = None,
-        prompt_count: Annotated[int | None, typer.Option("--prompts", help="Distinct prompts.")] = None,
-        requests: Annotated[int | None, typer.Option(help="Requests per throughput phase.")] = None,
-        concurrency: Annotated[int | None, typer.Option(help="Concurrent connections.")] = None,
-        repetitions: Annotated[int | None, typer.Option(help="Repeat the measurement N times.")] = None,
-        max_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.")] = None,
-        retries: Annotated[int | None, typer.Option(help="Retries per failed request (default 0).")] = None,
-        max_error_rate: Annotated[
-            float | None, typer.Option(help="Failed fraction still counted a pass (default 0).")
-        ] = None,
-        set_values: Annotated[
-            list[str] | None, typer.Option("--set", help="Override any field: --set test.warm_repeats=2.")
-        ] = None,
-        output_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("results"),
-        allow_unverified_cold: Annotated[
-            bool, typer.Option("--allow-unverified-cold", help="Run even if a cold cache cannot be verified.")
-        ] = False,
-        no_report: Annotated[bool, typer.Option("--no-report", help="Skip the report at the end.")] = False,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain, minimal output.")] = False,
-    ) -> None:
-        from kvbench.scenario import load_scenario
+def run_cmd(
+    scenario: Annotated[str, typer.Argument(help="Scenario name (ttft, throughput, ...) or YAML path.")],
+    base_url: Annotated[str | None, typer.Option(help="Server root URL; absent = the embedded mock.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name; absent = first of /v1/models.")] = None,
+    api: Annotated[str | None, typer.Option(help="completions or chat.")] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="auto, mock, vllm, sglang, dynamo, lmcache, llamacpp, generic.")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="NAME of the env variable holding the API key (never the key).")
+    ] = None,
+    mock_profile: Annotated[
+        str | None, typer.Option(help="Mock profile when no server is named (ci, ibm-g4, laptop, ...).")
+    ] = None,
+    noisy: Annotated[bool, typer.Option("--noisy", help="Throughput: quiet then noisy phases.")] = False,
+    baseline: Annotated[
+        bool, typer.Option("--baseline", help="Throughput: also the no-reuse baseline.")
+    ] = False,
+    lengths: Annotated[str | None, typer.Option(help="Prompt lengths, e.g. 1000,4000,8k.")] = None,
+    prompt_count: Annotated[int | None, typer.Option("--prompts", help="Distinct prompts.")] = None,
+    requests: Annotated[int | None, typer.Option(help="Requests per throughput phase.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Concurrent connections.")] = None,
+    repetitions: Annotated[int | None, typer.Option(help="Repeat the measurement N times.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.")] = None,
+    retries: Annotated[int | None, typer.Option(help="Retries per failed request (default 0).")] = None,
+    max_error_rate: Annotated[
+        float | None, typer.Option(help="Failed fraction still counted a pass (default 0).")
+    ] = None,
+    set_values: Annotated[
+        list[str] | None, typer.Option("--set", help="Override any field: --set test.warm_repeats=2.")
+    ] = None,
+    output_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("results"),
+    allow_unverified_cold: Annotated[
+        bool, typer.Option("--allow-unverified-cold", help="Run even if a cold cache cannot be verified.")
+    ] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip the report at the end.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain, minimal output.")] = False,
+) -> None:
+    from kvbench.scenario import load_scenario
 
-        overrides = build_overrides(
-            base_url=base_url,
-            model=model,
-            api=api,
-            engine=engine,
-            mock_profile=mock_profile,
-            noisy=noisy,
-            baseline=baseline,
-            lengths=lengths,
-            prompt_count=prompt_count,
-            requests=requests,
-            concurrency=concurrency,
-            repetitions=repetitions,
-            max_tokens=max_tokens,
-            retries=retries,
-            max_error_rate=max_error_rate,
-            set_values=set_values,
-            api_key_env=api_key_env,
-        )
-        scn, _ = load_scenario(scenario, overrides)
-        code = execute(
-            scn,
-            output_dir=output_dir,
-            quiet=quiet,
-            allow_unverified_cold=allow_unverified_cold,
-            report=not no_report,
-        )
-        raise typer.Exit(code)
+    overrides = build_overrides(
+        base_url=base_url,
+        model=model,
+        api=api,
+        engine=engine,
+        mock_profile=mock_profile,
+        noisy=noisy,
+        baseline=baseline,
+        lengths=lengths,
+        prompt_count=prompt_count,
+        requests=requests,
+        concurrency=concurrency,
+        repetitions=repetitions,
+        max_tokens=max_tokens,
+        retries=retries,
+        max_error_rate=max_error_rate,
+        set_values=set_values,
+        api_key_env=api_key_env,
+    )
+    scn, _ = load_scenario(scenario, overrides)
+    code = execute(
+        scn,
+        output_dir=output_dir,
+        quiet=quiet,
+        allow_unverified_cold=allow_unverified_cold,
+        report=not no_report,
+    )
+    raise typer.Exit(code)
 
-    @app.command("validate")
-    def validate_cmd(
-        scenario: Annotated[str, typer.Argument(help="Scenario name or YAML path.")],
-        set_values: Annotated[
-            list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")
-        ] = None,
-    ) -> None:
-        """Validate a scenario and print it fully resolved (defaults filled in), or one line per problem."""
-        from kvbench.scenario import load_scenario, scenario_to_yaml
 
-        scn, path = load_scenario(scenario, _parse_set(set_values or []))
-        typer.echo(f"# resolved from {path}")
-        typer.echo(scenario_to_yaml(scn), nl=False)
+def validate_cmd(
+    scenario: Annotated[str, typer.Argument(help="Scenario name or YAML path.")],
+    set_values: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")
+    ] = None,
+) -> None:
+    """Validate a scenario and print it fully resolved (defaults filled in), or one line per problem."""
+    from kvbench.scenario import load_scenario, scenario_to_yaml
 
-    @app.command("export")
-    def export_cmd(
-        run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
-        format: Annotated[str, typer.Option("--format", "-f", help="csv or parquet.")] = "csv",
-        out: Annotated[
-            Path | None, typer.Option(help="Output file (default: RUN_DIR/requests.<ext>).")
-        ] = None,
-    ) -> None:
-        """Export a run's requests as CSV or Parquet (one row per request)."""
-        from kvbench.results import load_run, read_manifest
+    scn, path = load_scenario(scenario, _parse_set(set_values or []))
+    typer.echo(f"# resolved from {path}")
+    typer.echo(scenario_to_yaml(scn), nl=False)
 
-        if format not in ("csv", "parquet"):
-            raise UsageError(f"--format {format!r}: choose csv or parquet")
+
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="csv or parquet.")] = "csv",
+    out: Annotated[Path | None, typer.Option(help="Output file (default: RUN_DIR/requests.<ext>).")] = None,
+) -> None:
+    """Export a run's requests as CSV or Parquet (one row per request)."""
+    from kvbench.results import load_run, read_manifest
+
+    if format not in ("csv", "parquet"):
+        raise UsageError(f"--format {format!r}: choose csv or parquet")
+    try:
+        read_manifest(run_dir)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    df = load_run(run_dir)
+    target = out or run_dir / f"requests.{format}"
+    if format == "parquet":
         try:
-            read_manifest(run_dir)
-        except FileNotFoundError as exc:
-            raise UsageError(str(exc)) from None
-        df = load_run(run_dir)
-        target = out or run_dir / f"requests.{format}"
-        if format == "parquet":
-            try:
-                import pyarrow  # noqa: F401
-            except ModuleNotFoundError:
-                raise UsageError("--format parquet needs pyarrow: pip install 'kvbench[parquet]'") from None
-            df.to_parquet(target)
-        else:
-            df = df.assign(token_ns=df["token_ns"].map(json.dumps)) if "token_ns" in df else df
-            df.to_csv(target, index=False)
-        typer.echo(f"{len(df)} rows -> {target}")
+            import pyarrow  # noqa: F401
+        except ModuleNotFoundError:
+            raise UsageError("--format parquet needs pyarrow: pip install 'kvbench[parquet]'") from None
+        df.to_parquet(target)
+    else:
+        df = df.assign(token_ns=df["token_ns"].map(json.dumps)) if "token_ns" in df else df
+        df.to_csv(target, index=False)
+    typer.echo(f"{len(df)} rows -> {target}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", help=RUN_HELP)(run_cmd)
+    app.command("validate")(validate_cmd)
+    app.command("export")(export_cmd)
 
 
 def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: bool, report: bool) -> int:
