@@ -60,24 +60,17 @@ def _register_subcommands() -> None:
         "kvbench.noise_commands",
         "kvbench.engines.commands",
     ):
-        try:
-            module = __import__(module_name, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that area is not built yet
-            raise
-        module.register(app)
+        __import__(module_name, fromlist=["register"]).register(app)
 
 
 def main() -> None:
     _register_subcommands()
-    verbose = "--verbose" in sys.argv or "-v" in sys.argv[1:2]
     try:
         rc = app(standalone_mode=False)
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except KvbenchError as exc:
-        if verbose:
+        if _state["verbose"]:
             raise
         for line in exc.lines():
             print(f"kvbench: {line}", file=sys.stderr)
@@ -95,7 +88,7 @@ def main() -> None:
         if hasattr(exc, "show") and isinstance(code, int):
             exc.show()
             sys.exit(code)
-        if verbose:
+        if _state["verbose"]:
             raise
         print(f"kvbench: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)", file=sys.stderr)
         sys.exit(1)

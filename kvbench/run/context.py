@@ -16,8 +16,8 @@ from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_b
 from kvbench.errors import KvbenchError
 from kvbench.load.backends import LoadBackend, load_backend
 from kvbench.load.prompts import Prompt, TokenCounter, make_salt
-from kvbench.results import RunDir
-from kvbench.results.schema import Label, PhaseEntry
+from kvbench.results import JsonlWriter, RunDir
+from kvbench.results.schema import Label, PhaseEntry, TtftStep
 from kvbench.run.progress import Progress
 from kvbench.scenario import Scenario
 from kvbench.target import TargetInfo
@@ -61,7 +61,7 @@ class Run:
         )
         self.error_counts: Counter[str] = Counter()
         self.records: list[RequestRecord] = []
-        self.noise_writer = None
+        self.noise_writer: JsonlWriter | None = None  # opened by the first noisy phase
         self.metric_deltas: dict[str, dict[str, float]] = {}
         self.summary_lines: list[str] = []
         self.token_counter: TokenCounter | None = None
@@ -194,6 +194,11 @@ class Run:
         return info
 
     # -- phases ----------------------------------------------------------------------------------------
+
+    def add_ttft_steps(self, steps: list[TtftStep]) -> None:
+        manifest = self.rd.manifest
+        assert manifest is not None
+        self.rd.manifest = manifest.replace(ttft_steps=[*(manifest.ttft_steps or []), *steps])
 
     def add_phase(self, entry: PhaseEntry) -> None:
         """Record a finished phase in the manifest and rewrite it (a killed run keeps what it did)."""

@@ -133,7 +133,7 @@ async def noise_for(run: Run, plan: PhasePlan) -> AsyncIterator[Any]:
         host, port = mock.fabric_address
         defaults = [f"{host}:{port}"]
     if run.noise_writer is None:
-        run.noise_writer = run.rd.writer(NOISE)  # type: ignore[assignment]
+        run.noise_writer = run.rd.writer(NOISE)
     async with noise_generator(
         run.scn.noise,
         phase=plan.name,

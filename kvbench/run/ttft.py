@@ -48,7 +48,7 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
         after = await run.scraper.scrape(phase)
         run.end_metrics(phase if scn.repetitions == 1 else f"{phase}-{rep + 1}", before, after)
         steps = [TtftStep.model_validate(r) for r in rows if r["rep"] == rep]
-        run.rd.update(ttft_steps=[*(run.rd.manifest.ttft_steps or []), *steps] if run.rd.manifest else steps)
+        run.add_ttft_steps(steps)
         run.add_phase(
             phase_entry(
                 run,
