@@ -51,7 +51,7 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TargetInfoModel(Record):
+class TargetRecord(Record):
     kind: Literal["mock", "server"] = Field(description="mock = kvbench's own mock; server = a real server.")
     base_url: str = Field(description="Server root the run used (credentials never included).")
     model: str = Field(description="Model name requested.")
@@ -182,7 +182,7 @@ class Manifest(Record):
     started_at: str = Field(description="UTC ISO-8601 wall clock at start (one of two wall-clock times).")
     ended_at: str | None = Field(None, description="UTC ISO-8601 wall clock at the end.")
     clock_origin_ns: int = Field(description="perf_counter_ns() at run start; every *_ns is relative to it.")
-    target: TargetInfoModel = Field(description="The server under test.")
+    target: TargetRecord = Field(description="The server under test.")
     simulated: bool = Field(description="True when the target is kvbench's mock: figures are simulated.")
     reference: str | None = Field(None, description="Published dataset to compare against.")
     environment: EnvironmentInfo = Field(description="The client host.")

@@ -38,7 +38,7 @@ from kvbench.results.schema import (
     LoadShape,
     Manifest,
     OptionsInfo,
-    TargetInfoModel,
+    TargetRecord,
 )
 from kvbench.run.context import Run, RunOptions
 from kvbench.run.prompt_set import make_prompt_set
@@ -243,7 +243,7 @@ def start_manifest(scn: Scenario, opts: RunOptions, conn: Connection, origin_ns:
         status="running",
         started_at=utc_now_iso(),
         clock_origin_ns=origin_ns,
-        target=TargetInfoModel.model_validate(conn.target.manifest()),
+        target=TargetRecord.model_validate(conn.target.manifest()),
         simulated=conn.target.mock is not None,
         reference=scn.reference,
         environment=EnvironmentInfo.model_validate(environment()),

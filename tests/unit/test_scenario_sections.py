@@ -97,3 +97,14 @@ def test_run_flags_map_to_new_paths() -> None:
         "prompts.lengths": [1000, 2000],
         "target.api_key_env": "K",
     }
+
+
+def test_resolved_scenario_yaml_reads_back_the_same() -> None:
+    import yaml
+
+    from kvbench.scenario import PACKAGE_SCENARIOS, scenario_to_yaml, validate_scenario
+
+    for path in sorted(PACKAGE_SCENARIOS.glob("*.yaml")):
+        scn, _ = load_scenario(str(path))
+        again = validate_scenario(yaml.safe_load(scenario_to_yaml(scn)), "resolved")
+        assert again == scn, path.name
