@@ -33,6 +33,7 @@ class RunOptions:
     report: bool = True
     mock_persist_dir: Path | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    load_backend: str = "local"  # where phase workers run (kvbench.load.backends.BACKENDS)
 
 
 class Run:
@@ -66,7 +67,7 @@ class Run:
         self.summary_lines: list[str] = []
         self.token_counter: TokenCounter | None = None
         self.seq = 0
-        self.load_backend: LoadBackend = load_backend("local")
+        self.load_backend: LoadBackend = load_backend(opts.load_backend)
 
     # -- one request ---------------------------------------------------------------------------------
 
@@ -74,7 +75,7 @@ class Run:
         self,
         *,
         phase: str,
-        label: str,
+        label: Label,
         rep: int,
         prompt: Prompt,
         text: str,
