@@ -187,7 +187,7 @@ def read_value(ann: Any, raw: str, key: str) -> Any:
             first_error = first_error or exc
     assert first_error is not None
     msg = first_error.errors()[0]["msg"].removeprefix("Value error, ")
-    raise UsageError(f"{key}: cannot read {raw!r}: {msg} (from --set {key}={raw})")
+    raise UsageError(f"{key}: {msg} (--set {key}={raw})")
 
 
 def apply_overrides(
