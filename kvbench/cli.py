@@ -57,6 +57,7 @@ def _register_subcommands() -> None:
     for module_name in (
         "kvbench.mock.commands",
         "kvbench.report.commands",
+        "kvbench.audit.commands",
         "kvbench.noise_commands",
         "kvbench.engines.commands",
     ):

@@ -6,6 +6,6 @@ timing model, its fit and a closed-loop predictor), cache (tiered LRU prefix cac
 engine (async shared resources), fabric (noise sink), metrics, faults, server
 (MockServer), spawn (spawned_mock), commands (`kvbench mock ...`).
 
-Imports nothing from kvbench but kv_geometry and errors. Importing this package is
+Imports nothing from kvbench but model (KV geometry, prefill) and errors. Importing this package is
 cheap; aiohttp loads with kvbench.mock.server.
 """

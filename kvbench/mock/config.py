@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kvbench.kv_geometry import PRESETS
+from kvbench.model.kv_geometry import PRESETS
 
 TIER_NAMES = ("G1", "G2", "G3", "G4")
 

@@ -16,36 +16,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvbench.kv_geometry import PRESETS, KVGeometry
+from kvbench.model.geometry import geometry_for_run
+from kvbench.model.kv_geometry import KVGeometry
 
 if TYPE_CHECKING:
     import pandas as pd
 
 EXTRAPOLATE_TO = (30_000, 60_000, 130_000, 200_000)
 
-
-def geometry_for_run(manifest: dict[str, Any], preset: str | None = None) -> tuple[KVGeometry | None, str]:
-    """The run's KV geometry and where it came from (None, "tokens" when unknown)."""
-    target = manifest.get("target") or {}
-    profile = target.get("mock_profile")
-    if isinstance(profile, dict) and profile.get("geometry"):
-        geo = profile["geometry"]
-        if isinstance(geo, str) and geo in PRESETS:
-            return PRESETS[geo], f"manifest target.mock_profile.geometry ({geo})"
-        if isinstance(geo, dict):
-            try:
-                return KVGeometry(**{"name": "mock-profile", **geo}), "manifest target.mock_profile.geometry"
-            except TypeError:
-                pass
-    if preset:
-        from kvbench.report.sizing import resolve_geometry
-
-        return resolve_geometry(preset), f"--geometry {preset}"
-    model = str(target.get("model") or "")
-    short = model.split("/")[-1].lower()
-    if short in PRESETS:
-        return PRESETS[short], f"preset matching target.model ({model})"
-    return None, "tokens (no geometry known)"
+__all__ = ["geometry_for_run"]  # the one resolver lives in kvbench.model.geometry
 
 
 @dataclass

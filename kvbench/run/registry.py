@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from kvbench.scenario import SECTIONS, Scenario, SectionBase, ThroughputSection, TtftSection
 
 if TYPE_CHECKING:
+    from kvbench.engines.adapters import EngineAdapter
     from kvbench.load.prompts import Prompt
     from kvbench.run.context import Run
 
 Plan = Callable[["Run", "list[Prompt]"], Awaitable[None]]
 
 
-def _no_extra_body(scn: Scenario) -> dict[str, Any]:
+def _no_extra_body(scn: Scenario, adapter: EngineAdapter) -> dict[str, Any]:
     return {}
 
 
@@ -33,8 +34,8 @@ class TestType:
     name: str
     section: type[SectionBase]
     plan: Plan
-    # fields every request of this test adds to its body (llama.cpp slot pinning, ...)
-    extra_body: Callable[[Scenario], dict[str, Any]] = field(default=_no_extra_body)
+    # fields every request of this test adds to its body, in the engine's terms (slot pinning, ...)
+    extra_body: Callable[[Scenario, EngineAdapter], dict[str, Any]] = field(default=_no_extra_body)
 
 
 def _registry() -> dict[str, TestType]:

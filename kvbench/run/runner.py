@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from kvbench import __version__
-from kvbench.cache import ADAPTERS, CacheAdapter, TargetHTTP
+from kvbench.cache import TargetHTTP
 from kvbench.client import ClientConfig, StreamingClient, make_session
+from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso
 from kvbench.results.schema import (
@@ -70,7 +71,7 @@ class Connection:
     target: TargetInfo
     session: Any  # aiohttp.ClientSession
     http: TargetHTTP
-    adapter: CacheAdapter
+    adapter: EngineAdapter
 
 
 def environment() -> dict[str, Any]:
@@ -208,7 +209,7 @@ async def connect_target(
         mock=mock,
         header_names=sorted(headers),
     )
-    adapter = ADAPTERS.get(engine, ADAPTERS["generic"])
+    adapter = get_adapter(engine)
     return Connection(run_id, run_path, target, session, http, adapter)
 
 
@@ -225,7 +226,11 @@ def make_client(
         ignore_eos=scn.output.ignore_eos,
         first_token_timeout_s=scn.target.timeouts.first_token_s,
         total_timeout_s=scn.target.timeouts.total_s,
-        extra_body={**conn.adapter.extra_body, **type_of_test(scn).extra_body(scn), **opts.extra_body},
+        extra_body={
+            **conn.adapter.extra_body,
+            **type_of_test(scn).extra_body(scn, conn.adapter),
+            **opts.extra_body,
+        },
     )
     return StreamingClient(cfg, conn.session, origin_ns, headers)
 

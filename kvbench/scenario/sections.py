@@ -10,7 +10,7 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def check_base_url(v: str) -> str:
@@ -51,7 +51,16 @@ class Timeouts(Strict):
     total_s: float = Field(3600.0, gt=0, description="Longest a whole request may take, seconds.")
 
 
-Engine = Literal["auto", "mock", "vllm", "sglang", "dynamo", "lmcache", "llamacpp", "generic"]
+def _known_engine(name: str) -> str:
+    # checked against the adapter registry when validated, so an adapter registered later counts
+    from kvbench.engines.adapters import engine_help, engine_names
+
+    if name != "auto" and name not in engine_names():
+        raise ValueError(f"unknown engine {name!r}; known: {engine_help()}")
+    return name
+
+
+Engine = Annotated[str, AfterValidator(_known_engine)]
 
 
 class Target(Strict):

@@ -136,8 +136,11 @@ def test_registry_and_sections_list_the_same_tests() -> None:
 
 def test_pin_slot_comes_from_the_ttft_test_type() -> None:
     scn = scenario({"kind": "ttft", "eviction": "slot_file"})
-    assert type_of_test(scn).extra_body(scn) == {"id_slot": 0}
-    assert type_of_test(scenario()).extra_body(scenario()) == {}
+    from kvbench.engines.adapters import get_adapter
+
+    llamacpp = get_adapter("llamacpp")
+    assert type_of_test(scn).extra_body(scn, llamacpp) == {"id_slot": 0}
+    assert type_of_test(scenario()).extra_body(scenario(), llamacpp) == {}
 
 
 # --- checked before contacting any server --------------------------------------------------------------
