@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -150,26 +149,10 @@ def export_cmd(
     out: Annotated[Path | None, typer.Option(help="Output file (default: RUN_DIR/requests.<ext>).")] = None,
 ) -> None:
     """Export a run's requests as CSV or Parquet (one row per request)."""
-    from kvbench.results import load_run, read_manifest
+    from kvbench.results.export import export_requests
 
-    if format not in ("csv", "parquet"):
-        raise UsageError(f"--format {format!r}: choose csv or parquet")
-    try:
-        read_manifest(run_dir)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    df = load_run(run_dir)
-    target = out or run_dir / f"requests.{format}"
-    if format == "parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ModuleNotFoundError:
-            raise UsageError("--format parquet needs pyarrow: pip install 'kvbench[parquet]'") from None
-        df.to_parquet(target)
-    else:
-        df = df.assign(token_ns=df["token_ns"].map(json.dumps)) if "token_ns" in df else df
-        df.to_csv(target, index=False)
-    typer.echo(f"{len(df)} rows -> {target}")
+    rows, target = export_requests(run_dir, format, out)
+    typer.echo(f"{rows} rows -> {target}")
 
 
 def register(app: typer.Typer) -> None:
