@@ -22,8 +22,8 @@ from kvbench.mock.faults import FaultDecision, FaultPlan
 from kvbench.mock.server import MockServer
 from kvbench.mock.spawn import spawned_mock
 from kvbench.results import read_manifest
-from kvbench.run_context import ColdUnverified
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.run.context import ColdUnverified
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow

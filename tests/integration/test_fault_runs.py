@@ -4,7 +4,7 @@ import pytest
 
 from kvbench.mock.spawn import spawned_mock
 from kvbench.results import load_run, read_manifest
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow

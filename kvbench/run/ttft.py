@@ -9,18 +9,25 @@ import numpy as np
 from kvbench.client import RequestRecord
 from kvbench.engines.adapters import EngineAdapter
 from kvbench.errors import KvbenchError
-from kvbench.prompts import Prompt, build_prompts, make_salt
-from kvbench.run_context import Run, phase_entry
-from kvbench.scenario import Scenario
+from kvbench.load.prompts import Prompt, build_prompts, make_salt
+from kvbench.results.schema import Label, TtftStep
+from kvbench.run.context import Run, phase_entry
+from kvbench.scenario import Scenario, TtftSection
+
+
+def section(scn: Scenario) -> TtftSection:
+    assert isinstance(scn.test, TtftSection), scn.test.kind
+    return scn.test
 
 
 async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
     scn = run.scn
+    test = section(scn)
     rows: list[dict[str, Any]] = []
     for rep in range(scn.repetitions):
         phase = "ttft"
         run.progress.start_phase(
-            f"ttft rep {rep + 1}/{scn.repetitions}", len(prompts) * (1 + scn.cache.warm_repeats)
+            f"ttft rep {rep + 1}/{scn.repetitions}", len(prompts) * (1 + test.warm_repeats)
         )
         before = await run.phase_boundary(phase)
         started = run.client.now()
@@ -28,12 +35,12 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
             salt = run.new_salt()
             text = prompt.with_salt(salt)
             reset_ok = await run.reset()
-            cold = await run.issue(phase=phase, label="cold", rep=rep, prompt=prompt, text=text)
+            cold = await run.issue(phase=phase, label=Label.COLD, rep=rep, prompt=prompt, text=text)
             verified = cold.cached_tokens == 0 if cold.cached_tokens is not None else None
             evicted = await evict(run, rep, prompt)
-            warm_label = "evicted-warm" if evicted is not None else "warm"
+            warm_label = Label.EVICTED_WARM if evicted is not None else Label.WARM
             warms = []
-            for _ in range(scn.cache.warm_repeats):
+            for _ in range(test.warm_repeats):
                 warms.append(
                     await run.issue(phase=phase, label=warm_label, rep=rep, prompt=prompt, text=text)
                 )
@@ -41,24 +48,25 @@ async def run_ttft(run: Run, prompts: list[Prompt]) -> None:
         run.progress.end_phase()
         after = await run.scraper.scrape(phase)
         run.end_metrics(phase if scn.repetitions == 1 else f"{phase}-{rep + 1}", before, after)
-        run.rd.manifest["phases"].append(
+        steps = [TtftStep.model_validate(r) for r in rows if r["rep"] == rep]
+        run.add_ttft_steps(steps)
+        run.add_phase(
             phase_entry(
                 run,
                 phase,
-                "ttft",
+                Label.TTFT,
                 rep,
                 started,
                 cold_verified=all(r["verified"] is True for r in rows if r["rep"] == rep) if rows else None,
             )
         )
-        run.rd.manifest.setdefault("ttft_steps", []).extend(r for r in rows if r["rep"] == rep)
-        run.rd.save_manifest()
     run.summary_lines = ttft_table(rows)
 
 
 async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
     """Between cold and warm, push the prompt's KV out of the fast tiers; None when not asked to."""
-    mode = run.scn.cache.eviction
+    test = section(run.scn)
+    mode = test.eviction
     if mode == "none":
         return None
     if mode == "tier_reset":
@@ -71,7 +79,7 @@ async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
         return {"eviction": mode}
     if mode == "slot_file":
         return await slot_file_round_trip(run, current)
-    total = run.scn.cache.filler_tokens or 2 * current.requested_tokens
+    total = test.filler_tokens or 2 * current.requested_tokens
     n = max(1, -(-total // max(current.requested_tokens, 1)))
     fillers = await build_prompts(
         [current.requested_tokens] * n,
@@ -82,7 +90,7 @@ async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
     for f in fillers:
         filler = Prompt(-2, f.requested_tokens, f.body, f.actual_tokens)
         await run.issue(
-            phase="ttft", label="filler", rep=rep, prompt=filler, text=filler.with_salt(run.new_salt())
+            phase="ttft", label=Label.FILLER, rep=rep, prompt=filler, text=filler.with_salt(run.new_salt())
         )
     return {"eviction": mode, "filler_requests": n}
 
@@ -170,7 +178,8 @@ def ttft_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def pin_slot(scn: Scenario, adapter: EngineAdapter) -> dict[str, Any]:
     # slot_file saves and restores slot 0: every request must land in it
-    return adapter.pin_request(0) if scn.cache.eviction == "slot_file" else {}
+    slot_file = isinstance(scn.test, TtftSection) and scn.test.eviction == "slot_file"
+    return adapter.pin_request(0) if slot_file else {}
 
 
 def _dash(x: Any) -> str:

@@ -14,9 +14,11 @@ import numpy as np
 from kvbench.cache import CacheAdapter, TargetHTTP, cold_probe_verdict, reset_cache
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body
 from kvbench.errors import KvbenchError
-from kvbench.progress import Progress
-from kvbench.prompts import Prompt, TokenCounter, make_salt
-from kvbench.results import RunDir
+from kvbench.load.backends import LoadBackend, load_backend
+from kvbench.load.prompts import Prompt, TokenCounter, make_salt
+from kvbench.results import JsonlWriter, RunDir
+from kvbench.results.schema import Label, PhaseEntry, TtftStep
+from kvbench.run.progress import Progress
 from kvbench.scenario import Scenario
 from kvbench.target import TargetInfo
 from kvbench.telemetry import Scraper, counter_deltas, sum_delta
@@ -31,7 +33,7 @@ class RunOptions:
     report: bool = True
     mock_persist_dir: Path | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
-    run_dir: Path | None = None  # filled in as soon as the run directory exists
+    load_backend: str = "local"  # where phase workers run (kvbench.load.backends.BACKENDS)
 
 
 class Run:
@@ -60,11 +62,12 @@ class Run:
         )
         self.error_counts: Counter[str] = Counter()
         self.records: list[RequestRecord] = []
-        self.noise_writer = None
+        self.noise_writer: JsonlWriter | None = None  # opened by the first noisy phase
         self.metric_deltas: dict[str, dict[str, float]] = {}
         self.summary_lines: list[str] = []
         self.token_counter: TokenCounter | None = None
         self.seq = 0
+        self.load_backend: LoadBackend = load_backend(opts.load_backend)
 
     # -- one request ---------------------------------------------------------------------------------
 
@@ -72,7 +75,7 @@ class Run:
         self,
         *,
         phase: str,
-        label: str,
+        label: Label,
         rep: int,
         prompt: Prompt,
         text: str,
@@ -156,12 +159,12 @@ class Run:
         for attempt in range(3):
             text = probe_prompt.body
             first = await self.issue(
-                phase="probe", label="probe", rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
+                phase="probe", label=Label.PROBE, rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
             )
             ok, detail = await reset_cache(self.adapter, self.http)
             before = await self.scraper.scrape("probe")
             rec = await self.issue(
-                phase="probe", label="probe", rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
+                phase="probe", label=Label.PROBE, rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
             )
             after = await self.scraper.scrape("probe")
             hits: float | None = None
@@ -199,6 +202,18 @@ class Run:
 
     # -- phases ----------------------------------------------------------------------------------------
 
+    def add_ttft_steps(self, steps: list[TtftStep]) -> None:
+        manifest = self.rd.manifest
+        assert manifest is not None
+        self.rd.manifest = manifest.replace(ttft_steps=[*(manifest.ttft_steps or []), *steps])
+
+    def add_phase(self, entry: PhaseEntry) -> None:
+        """Record a finished phase in the manifest and rewrite it (a killed run keeps what it did)."""
+        manifest = self.rd.manifest
+        assert manifest is not None
+        self.rd.manifest = manifest.with_phase(entry)
+        self.rd.save_manifest()
+
     async def phase_boundary(self, name: str) -> dict[Any, float] | None:
         self.rd.save_manifest()
         return await self.scraper.scrape(name)
@@ -219,24 +234,24 @@ def with_max_tokens(cfg: ClientConfig, max_tokens: int) -> ClientConfig:
 
 
 def phase_entry(
-    run: Run, name: str, label: str, rep: int, started_ns: int, ended: int | None = None, **extra: Any
-) -> dict[str, Any]:
+    run: Run, name: str, label: Label, rep: int, started_ns: int, ended: int | None = None, **extra: Any
+) -> PhaseEntry:
     ended = run.client.now() if ended is None else ended
     recs = [r for r in run.records if r.phase == name and r.repetition == rep]
     ok = sum(r.ok for r in recs)
     duration = (ended - started_ns) / 1e9
-    return {
-        "name": name,
-        "label": label,
-        "repetition": rep,
-        "started_ns": started_ns,
-        "ended_ns": ended,
-        "duration_s": duration,
-        "requests": len(recs),
-        "errors": len(recs) - ok,
-        "requests_ok_per_s": ok / duration if duration > 0 else 0.0,
+    return PhaseEntry(
+        name=name,
+        label=label,
+        repetition=rep,
+        started_ns=started_ns,
+        ended_ns=ended,
+        duration_s=duration,
+        requests=len(recs),
+        errors=len(recs) - ok,
+        requests_ok_per_s=ok / duration if duration > 0 else 0.0,
         **extra,
-    }
+    )
 
 
 def with_base(cfg: ClientConfig, base_url: str) -> ClientConfig:

@@ -1,7 +1,8 @@
-"""Load shapes: which prompt each request uses, when it may start, and the workers that issue them.
+"""Schedules: which prompt each request uses and when it may start; the in-process worker loops.
 
 Schedules are pure functions seeded by numpy's default_rng: testable without a
-network. The workers only call `issue(item)`, which owns the request and its row.
+network. The workers only call `issue(item)`, which owns the request and its row;
+kvbench.load.backends decides where and how the workers run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvbench.scenario import ConcurrentLoad, RateLoad, SequentialLoad
+from kvbench.scenario import ConcurrentLoad, Load, RateLoad, SequentialLoad
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,7 @@ class WorkItem:
     scheduled_offset_s: float = 0.0  # rate load: arrival time from phase start
 
 
-def request_order(load: SequentialLoad | ConcurrentLoad | RateLoad, n_prompts: int) -> list[int]:
+def request_order(load: Load, n_prompts: int) -> list[int]:
     """Prompt ids in issue order."""
     if isinstance(load, SequentialLoad):
         return list(range(n_prompts))
@@ -46,7 +47,7 @@ def arrival_offsets(load: RateLoad) -> list[float]:
     return np.cumsum(gaps).tolist()
 
 
-def work_items(load: SequentialLoad | ConcurrentLoad | RateLoad, n_prompts: int) -> list[WorkItem]:
+def work_items(load: Load, n_prompts: int) -> list[WorkItem]:
     order = request_order(load, n_prompts)
     if isinstance(load, RateLoad):
         offs = arrival_offsets(load)
@@ -86,14 +87,3 @@ async def run_open_loop(items: list[WorkItem], max_concurrency: int, issue: Issu
             if delay > 0:
                 await asyncio.sleep(delay)
             tg.create_task(one(item, due))
-
-
-async def run_load(
-    load: SequentialLoad | ConcurrentLoad | RateLoad, items: list[WorkItem], issue: Issue
-) -> None:
-    if isinstance(load, SequentialLoad):
-        await run_closed_loop(items, 1, issue)
-    elif isinstance(load, ConcurrentLoad):
-        await run_closed_loop(items, load.concurrency, issue)
-    else:
-        await run_open_loop(items, load.max_concurrency, issue)

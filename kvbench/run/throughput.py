@@ -11,11 +11,12 @@ from typing import Any
 
 from kvbench.cache import TargetHTTP
 from kvbench.errors import KvbenchError, TargetUnreachable
-from kvbench.load import WorkItem, run_load, work_items
-from kvbench.prompts import Prompt
+from kvbench.load.prompts import Prompt
+from kvbench.load.schedule import WorkItem, work_items
 from kvbench.results import NOISE
-from kvbench.run_context import Run, phase_entry, with_base
-from kvbench.scenario import Scenario
+from kvbench.results.schema import Label, PhaseEntry
+from kvbench.run.context import Run, phase_entry, with_base
+from kvbench.scenario import Scenario, ThroughputSection
 
 RESTART_MOCK = "@restart-mock"
 
@@ -23,38 +24,45 @@ RESTART_MOCK = "@restart-mock"
 @dataclass
 class PhasePlan:
     name: str
-    label: str
+    label: Label
     salt_mode: str  # "run" | "request" | "keep"
     noisy: bool = False
     repetition: int = 0
 
 
+def section(scn: Scenario) -> ThroughputSection:
+    assert isinstance(scn.test, ThroughputSection), scn.test.kind
+    return scn.test
+
+
 def throughput_plan(scn: Scenario, restart: bool) -> list[PhasePlan]:
+    test = section(scn)
     plans: list[PhasePlan] = []
     for rep in range(scn.repetitions):
         sfx = f"-r{rep + 1}" if scn.repetitions > 1 else ""
-        if scn.baseline:
-            plans.append(PhasePlan(f"baseline{sfx}", "baseline", "request", repetition=rep))
-        if scn.noisy.enabled:
-            for k in range(scn.noisy.pairs):
+        if test.baseline:
+            plans.append(PhasePlan(f"baseline{sfx}", Label.BASELINE, "request", repetition=rep))
+        if test.noisy.enabled:
+            for k in range(test.noisy.pairs):
                 pair = [
-                    PhasePlan(f"quiet-{k + 1}{sfx}", "quiet", "run", repetition=rep),
-                    PhasePlan(f"noisy-{k + 1}{sfx}", "noisy", "run", noisy=True, repetition=rep),
+                    PhasePlan(f"quiet-{k + 1}{sfx}", Label.QUIET, "run", repetition=rep),
+                    PhasePlan(f"noisy-{k + 1}{sfx}", Label.NOISY, "run", noisy=True, repetition=rep),
                 ]
-                plans.extend(pair if scn.noisy.order == "quiet_first" else pair[::-1])
+                plans.extend(pair if test.noisy.order == "quiet_first" else pair[::-1])
         else:
-            plans.append(PhasePlan(f"cached{sfx}", "cached", "run", repetition=rep))
+            plans.append(PhasePlan(f"cached{sfx}", Label.CACHED, "run", repetition=rep))
             if restart:
-                plans.append(PhasePlan(f"after-restart{sfx}", "persisted", "keep", repetition=rep))
+                plans.append(PhasePlan(f"after-restart{sfx}", Label.PERSISTED, "keep", repetition=rep))
     return plans
 
 
 async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
     scn = run.scn
     items = work_items(scn.load, len(prompts))
-    restart = bool(scn.between_phases.command or scn.between_phases.base_url)
+    test = section(scn)
+    restart = bool(test.between_phases.command or test.between_phases.base_url)
     salt = run.new_salt()
-    results: list[dict[str, Any]] = []
+    results: list[PhaseEntry] = []
     fill_items = [WorkItem(i, i) for i in range(len(prompts))]
     for plan in throughput_plan(scn, restart):
         if plan.salt_mode == "keep":
@@ -62,10 +70,10 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
         else:
             salt = run.new_salt()
             await run.reset()
-        if plan.label in ("quiet", "noisy") and scn.noisy.cache_start == "filled":
+        if plan.label in (Label.QUIET, Label.NOISY) and test.noisy.cache_start == "filled":
             # the "same cached requests" reading: every prompt once, quiet and unmeasured, so the
             # measured phase reads everything back from the cache (G4 in the ibm-g4 profile)
-            fill = PhasePlan(f"fill-{plan.name}", "fill", "run", repetition=plan.repetition)
+            fill = PhasePlan(f"fill-{plan.name}", Label.FILL, "run", repetition=plan.repetition)
             results.append(await run_phase(run, fill, prompts, fill_items, salt))
         results.append(await run_phase(run, plan, prompts, items, salt))
     run.summary_lines = throughput_table(results)
@@ -73,7 +81,7 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
 
 async def run_phase(
     run: Run, plan: PhasePlan, prompts: list[Prompt], items: list[WorkItem], salt: str
-) -> dict[str, Any]:
+) -> PhaseEntry:
     scn = run.scn
     run.progress.start_phase(plan.name, len(items))
     before = await run.phase_boundary(plan.name)
@@ -96,7 +104,7 @@ async def run_phase(
         started = run.client.now()  # after the noise is up: its start-up is not phase time
         async with run.scraper.during(plan.name, scn.telemetry.interval_s):
             try:
-                await run_load(scn.load, items, issue)
+                await run.load_backend.run(scn.load, items, issue)
             finally:
                 run.progress.end_phase()
         ended = run.client.now()
@@ -106,8 +114,7 @@ async def run_phase(
     entry = phase_entry(
         run, plan.name, plan.label, plan.repetition, started, ended=ended, noise=noise_summary
     )
-    run.rd.manifest["phases"].append(entry)
-    run.rd.save_manifest()
+    run.add_phase(entry)
     if noise_summary and noise_summary.get("warning"):
         run.progress.log(f"noise: {noise_summary['warning']}")
     return entry
@@ -126,7 +133,7 @@ async def noise_for(run: Run, plan: PhasePlan) -> AsyncIterator[Any]:
         host, port = mock.fabric_address
         defaults = [f"{host}:{port}"]
     if run.noise_writer is None:
-        run.noise_writer = run.rd.writer(NOISE)  # type: ignore[assignment]
+        run.noise_writer = run.rd.writer(NOISE)
     async with noise_generator(
         run.scn.noise,
         phase=plan.name,
@@ -139,7 +146,7 @@ async def noise_for(run: Run, plan: PhasePlan) -> AsyncIterator[Any]:
 
 async def between_phases(run: Run) -> None:
     """The persistence test: restart the server (or move to another) between fill and measure."""
-    bp = run.scn.between_phases
+    bp = section(run.scn).between_phases
     if bp.command == RESTART_MOCK:
         if run.target.mock is None:
             raise KvbenchError(
@@ -159,7 +166,9 @@ async def between_phases(run: Run) -> None:
         run.http.base_url = bp.base_url.rstrip("/")
         run.client.cfg = with_base(run.client.cfg, run.http.base_url)
     await wait_healthy(run.http, bp.wait_healthy_s)
-    run.rd.manifest["target"]["base_url_after"] = run.http.base_url
+    manifest = run.rd.manifest
+    if manifest is not None:
+        run.rd.update(target=manifest.target.model_copy(update={"base_url_after": run.http.base_url}))
 
 
 async def wait_healthy(http: TargetHTTP, timeout_s: float) -> None:
@@ -174,13 +183,13 @@ async def wait_healthy(http: TargetHTTP, timeout_s: float) -> None:
         await asyncio.sleep(0.5)
 
 
-def throughput_table(entries: list[dict[str, Any]]) -> list[str]:
+def throughput_table(entries: list[PhaseEntry]) -> list[str]:
     lines = [f"{'phase':<16} {'requests':>8} {'errors':>6} {'total s':>9} {'req/s':>8} {'noise GB/s':>10}"]
     for e in entries:
-        noise = e.get("noise") or {}
+        noise = e.noise or {}
         rate = noise.get("mean_bytes_per_s")
         lines.append(
-            f"{e['name']:<16} {e['requests']:>8} {e['errors']:>6} {e['duration_s']:>9.2f} "
-            f"{e['requests_ok_per_s']:>8.3f} {('-' if rate is None else f'{rate / 1e9:.3f}'):>10}"
+            f"{e.name:<16} {e.requests:>8} {e.errors:>6} {e.duration_s or 0.0:>9.2f} "
+            f"{e.requests_ok_per_s or 0.0:>8.3f} {('-' if rate is None else f'{rate / 1e9:.3f}'):>10}"
         )
     return lines

@@ -1,4 +1,4 @@
-"""The run directory: create it, append request rows durably, load it back.
+"""The run directory's files: create it, append request rows durably, load it back.
 
 Format documented in results/README.md. Rows are appended and flushed one at a
 time so that a crash, a kill -9 or a failing server never loses a finished
@@ -11,10 +11,12 @@ import json
 import os
 import secrets
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+from kvbench.results.schema import Manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,17 +91,27 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 @dataclass
 class RunDir:
-    """An open run directory; the runner holds one for the whole run."""
+    """An open run directory; the runner holds one for the whole run.
+
+    `manifest` is None until the runner has built the first one; every change replaces it
+    (the model is frozen) and `save_manifest` rewrites manifest.json atomically."""
 
     path: Path
     run_id: str
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest | None = None
 
     def __post_init__(self) -> None:
         self.requests = JsonlWriter(self.path / REQUESTS)
 
+    def update(self, **changes: Any) -> Manifest:
+        if self.manifest is None:
+            raise RuntimeError("the manifest is not built yet")
+        self.manifest = self.manifest.replace(**changes)
+        return self.manifest
+
     def save_manifest(self) -> None:
-        write_json_atomic(self.path / MANIFEST, self.manifest)
+        if self.manifest is not None:
+            write_json_atomic(self.path / MANIFEST, self.manifest.to_json_dict())
 
     def writer(self, name: str) -> JsonlWriter:
         return JsonlWriter(self.path / name)
@@ -135,6 +147,11 @@ def read_manifest(run_dir: Path | str) -> dict[str, Any]:
         raise FileNotFoundError(f"{run_dir}: no {MANIFEST}; not a kvbench run directory")
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
+
+
+def load_manifest(run_dir: Path | str) -> Manifest:
+    """manifest.json as the typed Manifest (runs written by earlier kvbench versions included)."""
+    return Manifest.model_validate(read_manifest(run_dir))
 
 
 def load_run(run_dir: Path | str) -> pd.DataFrame:

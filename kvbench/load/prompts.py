@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvbench.scenario import LengthRange
+
 # Common words that are single tokens (with a leading space) in GPT-2/Llama/o200k-style vocabularies.
 _WORDS = """
 the of and to in is was for on that with as by at from his her are be this an which or have had not
@@ -90,11 +92,11 @@ def word_stream(seed: int, stream: int, n_words: int) -> list[str]:
     return _VOCAB_ARR[rng.integers(0, len(VOCAB), n_words)].tolist()
 
 
-def resolve_lengths(spec: Sequence[int] | tuple[int, int, str], count: int, seed: int) -> list[int]:
-    """Per-prompt lengths: a list cycles; a (min, max, distribution) range is drawn or spaced."""
-    if isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[2], str):
-        lo, hi, dist = spec
-        if dist == "fixed_mean" or count == 1:
+def resolve_lengths(spec: Sequence[int] | LengthRange, count: int, seed: int) -> list[int]:
+    """Per-prompt lengths: a list cycles; a range is drawn (uniform) or evenly spaced (fixed_mean)."""
+    if isinstance(spec, LengthRange):
+        lo, hi = spec.min, spec.max
+        if spec.distribution == "fixed_mean" or count == 1:
             return [round(x) for x in np.linspace(lo, hi, count)] if count > 1 else [round((lo + hi) / 2)]
         rng = np.random.default_rng([seed, 0xC0FFEE])
         return rng.integers(lo, hi + 1, count).tolist()
