@@ -174,8 +174,11 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             first_token_timeout_s=scn.target.timeouts.first_token_s,
             total_timeout_s=scn.target.timeouts.total_s,
             extra_body={**adapter.extra_body, **pin_slot(scn), **opts.extra_body},
+            idle_timeout_s=scn.target.timeouts.idle_s,
+            transport=scn.target.transport,
         )
         client = StreamingClient(cfg, session, origin_ns, headers)
+        stack.push_async_callback(client.aclose)
         rd = RunDir(run_path, run_id)
         (run_path / SCENARIO).write_text(scenario_to_yaml(scn, redact=True), encoding="utf-8")
         rd.manifest = {
@@ -206,7 +209,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
         status = "failed"
         try:
             run.progress.log(
-                f"kvbench {__version__}: {scn.name} against {target.kind} {base_url} "
+                f"kvbench {__version__}: {scn.name} against {target.kind} {http.base_url} "
                 f"(model {model}, engine {engine}) -> {run_path}"
             )
             prompts = await make_prompt_set(run)

@@ -34,6 +34,9 @@ class Timeouts(Strict):
         900.0, gt=0, description="Longest wait from sending a request to its first content token, seconds."
     )
     total_s: float = Field(3600.0, gt=0, description="Longest a whole request may take, seconds.")
+    idle_s: float = Field(
+        60.0, gt=0, description="Longest gap between response chunks once the first token came, seconds."
+    )
 
 
 Engine = Literal["auto", "mock", "vllm", "sglang", "dynamo", "lmcache", "llamacpp", "generic"]
@@ -57,6 +60,10 @@ class Target(Strict):
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
     )
     timeouts: Timeouts = Field(default_factory=Timeouts, description="Client timeouts.")
+    transport: Literal["auto", "http1", "aiohttp"] = Field(
+        "auto",
+        description="Timed-request transport: auto = kvbench's HTTP/1.1 for http://, aiohttp for https://.",
+    )
     headers: dict[str, str] = Field(
         default_factory=dict,
         description="Extra HTTP headers sent with every request (values are redacted in results).",
@@ -481,6 +488,11 @@ def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) ->
 def scenario_to_yaml(scenario: Scenario, redact: bool = False) -> str:
     """The resolved scenario as YAML; `redact` hides header values (they may carry credentials)."""
     data = scenario.model_dump(mode="json")
+    from kvbench.client.url import redact_url  # credentials in a URL are never written or printed
+
+    data["target"]["base_url"] = redact_url(data["target"]["base_url"])
+    if data.get("between_phases", {}).get("base_url"):
+        data["between_phases"]["base_url"] = redact_url(data["between_phases"]["base_url"])
     if redact:
         data["target"]["headers"] = {k: "<redacted>" for k in data["target"]["headers"]}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
