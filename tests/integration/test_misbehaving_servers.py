@@ -238,7 +238,7 @@ def test_transport_choice_is_explicit(monkeypatch):
         choose("http1", "https")
     monkeypatch.setenv("KVBENCH_CLIENT_HTTP", "aiohttp")  # the deprecated alias still works
     assert choose("auto", "http") == "aiohttp"
-    with pytest.raises(UsageError, match="target.transport"):
+    with pytest.raises(UsageError, match=r"target\.transport"):
         StreamingClient(ClientConfig(base_url="https://x", model="m", transport="http1"), None, 0)
 
 
@@ -263,7 +263,7 @@ async def test_probe_stops_a_run_the_untimed_calls_would_have_started(tmp_path):
 
     async with RawServer(server) as srv:
         scn, _ = load_scenario("throughput", {"target.base_url": srv.url, "cache.reset": "never"})
-        with pytest.raises(TargetUnreachable, match="timed streaming request fails.*compressed") as exc:
+        with pytest.raises(TargetUnreachable, match=r"timed streaming request fails.*compressed") as exc:
             await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
     assert exc.value.exit_code == 3
     assert not list(tmp_path.iterdir())  # stopped before a run directory was made

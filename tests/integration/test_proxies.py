@@ -133,7 +133,7 @@ async def test_unbuffered_keepalive_proxy_ttft_matches_the_mock(tmp_path):
     assert all("warning_burst" not in p for p in manifest["phases"])
     truth = {t["request_id"]: t for t in read_jsonl(gt_path)}
     origin = manifest["clock_origin_ns"]
-    lags = sorted(row.first_token_ns + origin - truth[row.request_id]["first_token_ns"] for row in df.itertuples())
+    lags = sorted(r.first_token_ns + origin - truth[r.request_id]["first_token_ns"] for r in df.itertuples())
     assert lags[0] >= 0 and lags[len(lags) // 2] < 1e6, lags  # typically 0.05-0.2 ms through nginx
     # within 2 ms; one scheduling hiccup allowed on a loaded CI machine (seen: 3 ms at load 5 on 2 cores)
     assert lags[-2] < 2e6, lags
@@ -165,7 +165,8 @@ async def test_buffering_proxy_gets_the_burst_warning(tmp_path, capsys):
 
 async def test_gzip_proxy_untimed_decoded_timed_identity(tmp_path):
     port = free_port()
-    gzip = "gzip on; gzip_types application/json text/event-stream text/plain; gzip_min_length 1; gzip_proxied any;"
+    gzip = "gzip on; gzip_types application/json text/event-stream text/plain; gzip_min_length 1; "
+    gzip += "gzip_proxied any;"
     async with spawned_mock("ci") as mock:
         with nginx(tmp_path, proxy(port, mock.base_url, "proxy_buffering off; " + gzip)):
             outcome, df, manifest = await run(tmp_path, f"http://127.0.0.1:{port}")

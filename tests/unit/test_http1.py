@@ -5,9 +5,9 @@ import json
 import time
 
 import pytest
-from kvbench.client.transport.http1 import Exchange
 
 from kvbench.client import ClientConfig, RequestRecord, ResponseStream, build_body
+from kvbench.client.transport.http1 import Exchange
 
 EVENTS = [
     {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
