@@ -31,7 +31,15 @@ class ConnectFailed(TransportError):
 
 
 class ConnectionLost(TransportError):
-    """The server closed the connection before the response was complete."""
+    """The server closed the connection before the response was complete.
+
+    `unanswered`: not one byte of response came, so the server cannot have processed the request
+    (a transport may resend it once on a fresh connection: the keep-alive race).
+    """
+
+    def __init__(self, message: str, unanswered: bool = False) -> None:
+        super().__init__(message)
+        self.unanswered = unanswered
 
 
 class BadResponse(TransportError):

@@ -74,7 +74,7 @@ class Http1Transport(TimedTransport):
             try:
                 await _exchange(conn, head, body, sink, origin_ns)
             except ConnectionLost as exc:
-                if not (reused and getattr(exc, "unanswered", False)):
+                if not (reused and exc.unanswered):
                     raise
                 # the keep-alive race: the server closed an idle connection as we reused it
                 # (llama-server does after every stream). Nothing was answered, so nothing was
@@ -199,7 +199,6 @@ class Exchange:
         "keep_alive",
         "left",
         "origin",
-        "seen_bytes",
         "sink",
         "state",
         "trailers",
@@ -218,7 +217,6 @@ class Exchange:
         self.crlf = False  # chunked: a line end closes the current chunk
         self.trailers = False
         self.keep_alive = True
-        self.seen_bytes = False
         self.draining = False  # the record is final ([DONE]); reading the rest only to reuse the connection
         self.drain_timer: asyncio.TimerHandle | None = None
 
@@ -226,7 +224,6 @@ class Exchange:
 
     def received(self, t_abs: int, data: bytes) -> None:
         t = t_abs - self.origin
-        self.seen_bytes = True
         try:
             if self.state == _HEAD:
                 data = self._head(t, data)
@@ -271,9 +268,7 @@ class Exchange:
             self._finish(reuse=False)
             return
         why = f"ServerDisconnected: {exc}" if exc else "ServerDisconnected"
-        err = ConnectionLost(why)
-        err.unanswered = not self.seen_bytes  # type: ignore[attr-defined]
-        self.finished.set_exception(err)
+        self.finished.set_exception(ConnectionLost(why, unanswered=self.state == _HEAD and not self.buf))
 
     def abort(self) -> None:
         """Timeout or cancellation: drop the connection, ignore whatever else arrives."""
