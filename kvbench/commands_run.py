@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvbench.engines.adapters import engine_help
 from kvbench.errors import UsageError
 
 RUN_HELP = """Run a scenario (a name from scenarios/ or a path) and write a run directory.
@@ -91,9 +92,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         model: Annotated[str | None, typer.Option(help="Model name; absent = first of /v1/models.")] = None,
         api: Annotated[str | None, typer.Option(help="completions or chat.")] = None,
-        engine: Annotated[
-            str | None, typer.Option(help="auto, mock, vllm, sglang, dynamo, lmcache, llamacpp, generic.")
-        ] = None,
+        engine: Annotated[str | None, typer.Option(help=engine_help())] = None,
         api_key_env: Annotated[
             str | None, typer.Option(help="NAME of the env variable holding the API key (never the key).")
         ] = None,

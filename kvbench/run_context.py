@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbench.cache import CacheAdapter, TargetHTTP, reset_cache
+from kvbench.cache import CacheAdapter, TargetHTTP, cold_probe_verdict, reset_cache
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body, burst_warning
 from kvbench.errors import KvbenchError
 from kvbench.progress import Progress
@@ -145,6 +145,8 @@ class Run:
             return info
         if scn.cache.reset == "never" or not self.adapter.can_reset:
             info["detail"] = f"engine '{self.adapter.engine}' has no reset; cold by per-run salt only"
+            if scn.cache.reset != "never":  # detected or named alike: no silent unverified run
+                self._unverified(info)
             return info
         info["method"] = "salt+reset"
         if scn.cache.verify == "off":
@@ -153,7 +155,7 @@ class Run:
         probe_prompt = Prompt(-1, 512, " ".join(["probe"] + [make_salt(self.salt_rng) for _ in range(85)]))
         for attempt in range(3):
             text = probe_prompt.body
-            await self.issue(
+            first = await self.issue(
                 phase="probe", label="probe", rep=attempt, prompt=probe_prompt, text=text, max_tokens=1
             )
             ok, detail = await reset_cache(self.adapter, self.http)
@@ -168,28 +170,32 @@ class Run:
             info.update(reset=ok, detail=detail, probe_cached_tokens=rec.cached_tokens, probe_hit_delta=hits)
             if not ok:
                 break
-            if rec.cached_tokens == 0 or (rec.cached_tokens is None and hits == 0):
-                info["verified"] = True
+            # both probes must answer: a failed first one cached nothing, so a clean second proves nothing
+            info["verified"], why = cold_probe_verdict(first, rec, hits)
+            if info["verified"]:
                 return info
-            if rec.cached_tokens is None and hits is None:
-                info["verified"] = None
-                info["detail"] = "server reports neither cached_tokens nor a hit counter; cannot verify"
-                break
-            info["verified"] = False
-        if scn.cache.verify == "required" and not self.opts.allow_unverified_cold:
-            why = (
-                info["detail"]
-                if not info.get("reset")
-                else (
-                    f"after a reset the probe still showed cached_tokens={info.get('probe_cached_tokens')} "
-                    f"hit delta={info.get('probe_hit_delta')}"
-                )
-            )
-            raise ColdUnverified(
-                f"cannot verify a cold cache: {why}. Use --allow-unverified-cold to run anyway "
-                f"(recorded in the manifest), or set cache.verify: best_effort"
-            )
+            info["detail"] = why
+            if info["verified"] is None and first.ok and rec.ok:
+                break  # no signal to read: asking again cannot help
+        self._unverified(info)
         return info
+
+    def _unverified(self, info: dict[str, Any]) -> None:
+        """Stop a run whose cold start is unverified when cache.verify is required (unless allowed)."""
+        if self.scn.cache.verify != "required":
+            return
+        if self.opts.allow_unverified_cold:
+            self.progress.log(f"cold start not verified ({info['detail']}); running: --allow-unverified-cold")
+            return
+        named = (
+            ""
+            if self.scn.target.engine != "auto"
+            else f" (detected as '{self.adapter.engine}'; --engine names it)"
+        )
+        raise ColdUnverified(
+            f"cannot verify a cold cache: {info['detail']}{named}. Use --allow-unverified-cold to run anyway "
+            f"(recorded in the manifest), or set cache.verify: best_effort"
+        )
 
     # -- phases ----------------------------------------------------------------------------------------
 

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from kvbench import __version__
-from kvbench.cache import ADAPTERS, TargetHTTP
+from kvbench.cache import TargetHTTP
 from kvbench.client import ClientConfig, StreamingClient, make_session
+from kvbench.engines.adapters import get_adapter
 from kvbench.errors import KvbenchError
 from kvbench.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
 from kvbench.results import METRIC_DELTAS, PROMPTS, SCENARIO, RunDir, new_run_dir, utc_now_iso
@@ -163,7 +164,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             mock=mock,
             header_names=sorted(headers),
         )
-        adapter = ADAPTERS.get(engine, ADAPTERS["generic"])
+        adapter = get_adapter(engine)
         cfg = ClientConfig(
             base_url=base_url,
             model=model,
@@ -173,7 +174,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             ignore_eos=scn.output.ignore_eos,
             first_token_timeout_s=scn.target.timeouts.first_token_s,
             total_timeout_s=scn.target.timeouts.total_s,
-            extra_body={**adapter.extra_body, **pin_slot(scn), **opts.extra_body},
+            extra_body={**adapter.extra_body, **pin_slot(scn, adapter), **opts.extra_body},
             idle_timeout_s=scn.target.timeouts.idle_s,
             transport=scn.target.transport,
         )

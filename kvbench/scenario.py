@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kvbench.errors import ScenarioError
 
@@ -39,7 +47,16 @@ class Timeouts(Strict):
     )
 
 
-Engine = Literal["auto", "mock", "vllm", "sglang", "dynamo", "lmcache", "llamacpp", "generic"]
+def _known_engine(name: str) -> str:
+    # checked against the adapter registry when validated, so an adapter registered later counts
+    from kvbench.engines.adapters import engine_help, engine_names
+
+    if name != "auto" and name not in engine_names():
+        raise ValueError(f"unknown engine {name!r}; known: {engine_help()}")
+    return name
+
+
+Engine = Annotated[str, AfterValidator(_known_engine)]
 
 
 class Target(Strict):

@@ -2,7 +2,8 @@
 
 Counters are cumulative since the server started: a raw value says nothing
 about a run, so only deltas (end of phase minus start) are ever reported.
-Parsing uses prometheus-client's own text parser.
+Parsing uses prometheus-client's own text parser. Which families are kept is the union of
+the registered engine adapters' `metric_prefixes` (kvbench.engines.adapters).
 """
 
 from __future__ import annotations
@@ -16,17 +17,22 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from kvbench.cache import TargetHTTP
+from kvbench.engines.adapters import first_present_sum, metric_prefixes
 from kvbench.results import JsonlWriter
-
-KEEP_PREFIXES = ("vllm:", "sglang:", "lmcache:", "kvbm_", "kvbench_mock_", "llamacpp:", "dynamo_")
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def parse_metrics(text: str, keep: tuple[str, ...] = KEEP_PREFIXES) -> dict[SampleKey, float]:
-    """Samples of counter and gauge families whose names start with one of `keep`."""
+def parse_metrics(text: str, keep: tuple[str, ...] | None = None) -> dict[SampleKey, float]:
+    """Samples of counter and gauge families whose names start with one of `keep`.
+
+    `keep` None: every registered engine's prefixes (read at call time, so an adapter registered
+    after this module was imported counts); () keeps everything.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
+    if keep is None:
+        keep = metric_prefixes()
     out: dict[SampleKey, float] = {}
     for family in text_string_to_metric_families(text):
         if keep and not family.name.startswith(keep):
@@ -52,11 +58,7 @@ def counter_deltas(before: dict[SampleKey, float], after: dict[SampleKey, float]
 
 def sum_delta(deltas: dict[str, float], names: tuple[str, ...]) -> float | None:
     """Total delta of the first of `names` present (any labels)."""
-    for name in names:
-        hits = [v for k, v in deltas.items() if k == name or k.startswith(name + "{")]
-        if hits:
-            return sum(hits)
-    return None
+    return first_present_sum(deltas, names)
 
 
 @dataclass

@@ -2,7 +2,12 @@
 
 vLLM, SGLang and the mock: POST /tokenize {"model", "prompt"} -> {"count", "tokens"}.
 llama.cpp: POST /tokenize {"content", "add_special"} -> {"tokens"}.
-The count includes BOS where the server's usage.prompt_tokens does.
+The count includes BOS where the server's usage.prompt_tokens does. Which dialect is tried
+first is the engine adapter's `tokenize_styles` (kvbench.engines.adapters).
+
+A 413 (a proxy's or server's body limit, e.g. nginx's client_max_body_size with a 130k-token
+prompt) is the deployment refusing the prompts themselves: the run stops with one line
+(`PromptTooLarge`, exit 3) instead of failing every timed request the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from kvbench.cache import TargetHTTP
+from kvbench.engines.adapters import get_adapter
+from kvbench.errors import TargetUnreachable
 
 CountOne = Callable[[str], Awaitable[int]]
 
@@ -28,7 +35,7 @@ async def server_token_counter(
     usage.prompt_tokens does; servers without that count the raw text (`counter.counts_chat`
     says which), and the template's overhead then shows in prompt_tokens_server.
     """
-    styles = ["llamacpp", "vllm"] if engine == "llamacpp" else ["vllm", "llamacpp"]
+    styles = list(get_adapter(engine).tokenize_styles)
     if api == "chat":
         styles = ["vllm-chat", *styles]
     for style in styles:
@@ -36,9 +43,27 @@ async def server_token_counter(
         try:
             if await counter("hello world") > 0:
                 return counter
-        except (aiohttp.ClientError, TimeoutError, LookupError, ValueError, TypeError):
+        except (aiohttp.ClientError, TimeoutError, LookupError, ValueError, TypeError, PromptTooLarge):
             continue
     return None
+
+
+class PromptTooLarge(TargetUnreachable):
+    """The server (or a proxy in front of it) refuses a request body this large: HTTP 413.
+
+    Exit 3, as for every refusal by the target before the first phase: the scenario is valid
+    and another deployment of the same server would take it; what must change is the body limit
+    on the way (or the prompt lengths).
+    """
+
+
+def _too_large(text: str, size: int, status: int) -> PromptTooLarge:
+    return PromptTooLarge(
+        f"POST /tokenize answered HTTP {status} (payload too large) for a prompt of {len(text):,} "
+        f"characters ({size:,} bytes of JSON): the prompt is larger than what the server or a proxy "
+        "in front of it accepts; raise the proxy's body limit (nginx: client_max_body_size) or use "
+        "shorter prompts.lengths"
+    )
 
 
 _COUNT = re.compile(rb'^\s*\{\s*"count"\s*:\s*(\d+)\s*[,}]')
@@ -52,6 +77,8 @@ def _counter(http: TargetHTTP, model: str, style: str) -> CountOne:
         elif style == "llamacpp":
             payload = {"content": text, "add_special": True}
         status, raw = await http.post_bytes("/tokenize", payload)
+        if status == 413:
+            raise _too_large(text, len(json.dumps(payload)), status)
         if status != 200:
             raise LookupError(f"/tokenize answered {status}")
         # vLLM-style answers lead with "count": read it without decoding a 130k-entry token list

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from kvbench.client import RequestRecord
+from kvbench.engines.adapters import EngineAdapter
 from kvbench.errors import KvbenchError
 from kvbench.prompts import Prompt, build_prompts, make_salt
 from kvbench.run_context import Run, phase_entry
@@ -61,9 +62,12 @@ async def evict(run: Run, rep: int, current: Prompt) -> dict[str, Any] | None:
     if mode == "none":
         return None
     if mode == "tier_reset":
-        status, body = await run.http.request("POST", "/reset_prefix_cache?tiers=G1,G2")
-        if status >= 400 or (isinstance(body, dict) and body.get("success") is False):
-            raise KvbenchError(f"cache.eviction=tier_reset: the server refused a tier reset (HTTP {status})")
+        from kvbench.engines.adapters import TierOperationFailed, TierUnsupported
+
+        try:
+            await run.adapter.evict_fast_tiers(run.http)
+        except (TierUnsupported, TierOperationFailed) as exc:
+            raise KvbenchError(f"cache.eviction=tier_reset: {exc.message}") from None
         return {"eviction": mode}
     if mode == "slot_file":
         return await slot_file_round_trip(run, current)
@@ -90,16 +94,16 @@ async def slot_file_round_trip(run: Run, current: Prompt) -> dict[str, Any]:
     it is recorded beside it (restore_ms from the server, restore_client_ms end to end), and the
     TTFT table's disk figure is warm TTFT + restore.
     """
-    if run.target.engine != "llamacpp":
-        raise KvbenchError(
-            f"cache.eviction=slot_file: needs llama.cpp's slot save/restore (engine is {run.target.engine})"
-        )
-    from kvbench.engines.tiers import SlotActionError, disk_round_trip
+    from kvbench.engines.adapters import TierOperationFailed, TierUnsupported
 
     filename = f"kvbench-{run.rd.run_id}-{current.prompt_id}.bin"
     try:
-        trip = await disk_round_trip(run.client.session, run.http.base_url, 0, filename)
-    except SlotActionError as exc:
+        trip = await run.adapter.disk_round_trip(run.http, 0, filename)
+    except TierUnsupported:
+        raise KvbenchError(
+            f"cache.eviction=slot_file: needs llama.cpp's slot save/restore (engine is {run.target.engine})"
+        ) from None
+    except TierOperationFailed as exc:
         raise KvbenchError(
             f"cache.eviction=slot_file: {exc} (start llama-server with --slot-save-path)"
         ) from None
@@ -164,9 +168,9 @@ def ttft_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def pin_slot(scn: Scenario) -> dict[str, Any]:
+def pin_slot(scn: Scenario, adapter: EngineAdapter) -> dict[str, Any]:
     # slot_file saves and restores slot 0: every request must land in it
-    return {"id_slot": 0} if scn.cache.eviction == "slot_file" else {}
+    return adapter.pin_request(0) if scn.cache.eviction == "slot_file" else {}
 
 
 def _dash(x: Any) -> str:

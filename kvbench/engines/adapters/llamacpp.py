@@ -1,0 +1,94 @@
+"""llama.cpp's llama-server: slot erase as the reset, its counters, and its tiers over HTTP.
+
+Reset: every slot's KV (G1) is erased (`POST /slots/{id}?action=erase`). The RAM prompt cache
+(--cache-ram, G2) has no HTTP reset: it only reloads a prompt sharing >= 25% of a cached one,
+which salted prompts never do; serve with --cache-ram 0 for an erase that empties everything.
+
+Disk tier: llama-server started with ``--slot-save-path DIR`` writes a slot's KV cache to
+DIR/FILENAME with ``POST /slots/{id}?action=save {"filename": ...}`` and reads it back with
+``action=restore``. The disk-tier TTFT measurement is
+
+    cold request -> save -> erase -> restore -> warm request (TTFT measured here)
+
+so the restore time is NOT inside the warm request's TTFT: it is a separate call whose duration
+(``timings.restore_ms`` from the server, and the client-side wall time) is returned and must be
+added when quoting a "TTFT from disk" figure (see EngineAdapter.disk_round_trip). Requests are
+pinned to the saved slot with ``id_slot``.
+
+llama-server answers "Keep-Alive" but closes the connection after every streamed response; the
+run's session (kvbench.client.make_session) copes with that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from kvbench.engines.adapters.base import ControlHTTP, EngineAdapter, TierOperationFailed
+from kvbench.engines.adapters.registry import register
+
+
+class SlotActionError(TierOperationFailed):
+    """llama-server refused a slot action (no --slot-save-path, unknown slot, missing file)."""
+
+
+async def slot_action(
+    session: Any,
+    base_url: str,
+    slot: int,
+    action: str,
+    filename: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One POST /slots/{slot}?action=...; returns the server's JSON plus `client_ms`."""
+    body = {"filename": filename} if filename is not None else None
+    t0 = time.perf_counter_ns()
+    async with session.post(f"{base_url}/slots/{slot}?action={action}", json=body, headers=headers) as resp:
+        data: Any = await resp.json(content_type=None)
+        if resp.status != 200 or not isinstance(data, dict):
+            raise SlotActionError(f"slot {slot} {action}: HTTP {resp.status} {str(data)[:200]}")
+    data["client_ms"] = (time.perf_counter_ns() - t0) / 1e6
+    return data
+
+
+@register
+class LlamacppAdapter(EngineAdapter):
+    name = "llamacpp"
+    description = "llama.cpp's llama-server"
+    reset_method = "POST"
+    reset_path = "/slots/{slot}?action=erase"
+    # llama-server --metrics (checked against the real server): prompt_tokens_cached_total sums
+    # the per-request cached tokens; prompt_tokens_total counts only the tokens it COMPUTED, so
+    # there is no queried-tokens counter (queried = cached + computed).
+    hit_counters = ("llamacpp:prompt_tokens_cached_total",)
+    source_counters = ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")
+    metric_prefixes = ("llamacpp:",)
+    owned_by_words = ("llamacpp", "llama.cpp")
+    metric_words = ("llamacpp:",)
+    detect_order = 40
+    tokenize_styles = ("llamacpp", "vllm")
+    extra_body: ClassVar[Mapping[str, Any]] = {"cache_prompt": True}
+
+    async def slots(self, http: ControlHTTP) -> list[int]:
+        """The server's slot ids (GET /slots); [0] when it does not list them."""
+        status, body = await http.request("GET", "/slots")
+        if status == 200 and isinstance(body, list):
+            return [int(s.get("id", i)) for i, s in enumerate(body) if isinstance(s, dict)]
+        return [0]
+
+    async def reset_paths(self, http: ControlHTTP) -> list[str]:
+        assert self.reset_path is not None
+        return [self.reset_path.format(slot=s) for s in await self.slots(http)]
+
+    def pin_request(self, slot: int) -> dict[str, Any]:
+        return {"id_slot": slot}
+
+    async def save_slot(self, http: ControlHTTP, slot: int, filename: str) -> dict[str, Any]:
+        return await slot_action(http.session, http.base_url, slot, "save", filename, http.headers)
+
+    async def erase_slot(self, http: ControlHTTP, slot: int) -> dict[str, Any]:
+        return await slot_action(http.session, http.base_url, slot, "erase", None, http.headers)
+
+    async def restore_slot(self, http: ControlHTTP, slot: int, filename: str) -> dict[str, Any]:
+        return await slot_action(http.session, http.base_url, slot, "restore", filename, http.headers)

@@ -1,0 +1,26 @@
+"""kvbench's own mock: vLLM's endpoints and counters, plus tier-aware resets."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kvbench.engines.adapters.base import EngineAdapter
+from kvbench.engines.adapters.registry import register
+
+
+@register
+class MockAdapter(EngineAdapter):
+    name = "mock"
+    description = "kvbench's tiered-cache mock"
+    reset_method = "POST"
+    reset_path = "/reset_prefix_cache?include_persistent=true"  # cold means G4 on disk too
+    hit_counters = ("vllm:prefix_cache_hits_total",)
+    query_counters = ("vllm:prefix_cache_queries_total",)
+    source_counters = ("vllm:prompt_tokens_by_source_total", "kvbench_mock_tier_hit_tokens_total")
+    tier_counter = ("kvbench_mock_tier_hit_tokens_total", "tier")
+    metric_prefixes = ("vllm:", "kvbench_mock_")
+    owned_by_words = ("kvbench",)
+    # before vLLM: the mock's /metrics carries vllm: names too
+    metric_words = ("kvbench_mock_",)
+    detect_order = 10
+    fast_tier_reset_path: ClassVar[str | None] = "/reset_prefix_cache?tiers=G1,G2"

@@ -1,0 +1,21 @@
+"""SGLang: POST /flush_cache (refused with 400 while requests run), cached/prompt token counters."""
+
+from __future__ import annotations
+
+from kvbench.engines.adapters.base import EngineAdapter
+from kvbench.engines.adapters.registry import register
+
+
+@register
+class SglangAdapter(EngineAdapter):
+    name = "sglang"
+    description = "SGLang"
+    reset_method = "POST"
+    reset_path = "/flush_cache"
+    busy_statuses = (400,)
+    hit_counters = ("sglang:cached_tokens_total",)
+    query_counters = ("sglang:prompt_tokens_total",)
+    metric_prefixes = ("sglang:",)
+    owned_by_words = ("sglang",)
+    metric_words = ("sglang:",)
+    detect_order = 30

@@ -1,0 +1,31 @@
+"""vLLM: prefix-cache reset in dev mode, prefix-cache and by-source counters."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kvbench.engines.adapters.base import EngineAdapter
+from kvbench.engines.adapters.registry import register
+
+
+@register
+class VllmAdapter(EngineAdapter):
+    name = "vllm"
+    description = "vLLM (reset needs VLLM_SERVER_DEV_MODE=1)"
+    reset_method = "POST"
+    reset_path = "/reset_prefix_cache"  # only with VLLM_SERVER_DEV_MODE=1; 200 {"success": false} = not done
+    reset_hint = " (vLLM needs VLLM_SERVER_DEV_MODE=1)"
+    hit_counters = (
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_hits",
+        "vllm:external_prefix_cache_hits_total",
+    )
+    query_counters = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+    source_counters = ("vllm:prompt_tokens_by_source_total", "vllm:prompt_tokens_by_source")
+    tier_counter = ("vllm:prompt_tokens_by_source_total", "source")  # local_cache_hit, external_kv_transfer
+    metric_prefixes = ("vllm:",)
+    owned_by_words = ("vllm",)
+    metric_words = ("vllm:",)
+    detect_order = 20
+    # vLLM ignores `tiers` and drops its own (GPU) prefix cache; a KV connector's lower tiers stay
+    fast_tier_reset_path: ClassVar[str | None] = "/reset_prefix_cache?tiers=G1,G2"
