@@ -243,13 +243,12 @@ class Exchange:
                     self._finish(reuse=self.keep_alive)
                 return
             if body and self.sink.feed(t, body):
-                if self.sink.done:  # [DONE]: the record is final; read the rest only for reuse
-                    if complete:
-                        self._finish(reuse=self.keep_alive)
-                    else:
-                        self._drain()
+                # [DONE]: the record is final; the rest is read (never waited for) only to reuse
+                # the connection, which a close-delimited body cannot be
+                if self.sink.done and self.keep_alive and not complete:
+                    self._drain()
                 else:
-                    self._finish(reuse=False)
+                    self._finish(reuse=self.sink.done and complete and self.keep_alive)
                 return
             if complete:
                 self.sink.end(t)
