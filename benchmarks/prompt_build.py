@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from kvbench.cache import TargetHTTP
 from kvbench.client import make_session
+from kvbench.client.control import ControlClient as TargetHTTP
 from kvbench.load.prompts import bounded_counter, build_prompts, make_salt
 from kvbench.tokenize import server_token_counter
 

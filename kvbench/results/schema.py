@@ -140,6 +140,9 @@ class PhaseEntry(Record):
         description="Noisy phases: the noise summary (kind, config, mean/peak/target bytes per s, "
         "reached_target, warning).",
     )
+    warning_burst: str | None = Field(
+        None, description="Most answers came in one burst with their headers (a buffering proxy?)."
+    )
 
     @field_validator("label", mode="before")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kvbench.cache import CacheAdapter, TargetHTTP, cold_probe_verdict, reset_cache
-from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body
+from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body, burst_warning
 from kvbench.errors import KvbenchError
 from kvbench.load.backends import LoadBackend, load_backend
 from kvbench.load.prompts import Prompt, TokenCounter, make_salt
@@ -240,6 +240,10 @@ def phase_entry(
     recs = [r for r in run.records if r.phase == name and r.repetition == rep]
     ok = sum(r.ok for r in recs)
     duration = (ended - started_ns) / 1e9
+    burst = burst_warning(recs)
+    if burst:  # a buffering proxy makes TTFT read as the whole request: say so
+        run.progress.log(f"{name}: warning: {burst}")
+        extra["warning_burst"] = burst
     return PhaseEntry(
         name=name,
         label=label,

@@ -149,6 +149,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> Ru
     async with contextlib.AsyncExitStack() as stack:
         conn = await connect_target(stack, scn, opts, headers, made)
         client = make_client(scn, opts, conn, origin_ns, headers)
+        stack.push_async_callback(client.aclose)
         rd = start_manifest(scn, opts, conn, origin_ns)
         run = Run(scn, opts, rd, conn.target, conn.http, client, conn.adapter, origin_ns)
         await run_plan(run)
@@ -227,6 +228,8 @@ def make_client(
         ignore_eos=scn.output.ignore_eos,
         first_token_timeout_s=scn.target.timeouts.first_token_s,
         total_timeout_s=scn.target.timeouts.total_s,
+        idle_timeout_s=scn.target.timeouts.idle_s,
+        transport=scn.target.transport,
         extra_body={
             **conn.adapter.extra_body,
             **type_of_test(scn).extra_body(scn, conn.adapter),
@@ -272,7 +275,7 @@ async def run_plan(run: Run) -> None:
     status = "failed"
     try:
         run.progress.log(
-            f"kvbench {__version__}: {scn.name} against {run.target.kind} {run.target.base_url} "
+            f"kvbench {__version__}: {scn.name} against {run.target.kind} {run.http.base_url} "
             f"(model {run.target.model}, engine {run.target.engine}) -> {run.rd.path}"
         )
         prompts = await make_prompt_set(run)

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from kvbench.baseurl import redact_url
 from kvbench.configfile import MAX_FILE_BYTES, apply_overrides, read_yaml, validate
 from kvbench.errors import ScenarioError
 from kvbench.scenario.model import Scenario
@@ -73,8 +74,15 @@ def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) ->
 
 
 def scenario_to_yaml(scenario: Scenario, redact: bool = False) -> str:
-    """The resolved scenario as YAML; `redact` hides header values (they may carry credentials)."""
+    """The resolved scenario as YAML; `redact` hides header values (they may carry credentials).
+
+    Credentials in a URL are never written or printed, whatever `redact` says.
+    """
     data = scenario.model_dump(mode="json")
+    data["target"]["base_url"] = redact_url(data["target"]["base_url"])
+    after = data["test"].get("between_phases") or {}
+    if after.get("base_url"):
+        after["base_url"] = redact_url(after["base_url"])
     if redact:
         data["target"]["headers"] = {k: "<redacted>" for k in data["target"]["headers"]}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -49,6 +49,9 @@ class Timeouts(Strict):
         900.0, gt=0, description="Longest wait from sending a request to its first content token, seconds."
     )
     total_s: float = Field(3600.0, gt=0, description="Longest a whole request may take, seconds.")
+    idle_s: float = Field(
+        60.0, gt=0, description="Longest gap between response chunks once the first token came, seconds."
+    )
 
 
 def _known_engine(name: str) -> str:
@@ -91,6 +94,10 @@ class Target(Strict):
         json_schema_extra=flag("api_key_env"),
     )
     timeouts: Timeouts = Field(default_factory=Timeouts, description="Client timeouts.")
+    transport: Literal["auto", "http1", "aiohttp"] = Field(
+        "auto",
+        description="Timed-request transport: auto = kvbench's HTTP/1.1 for http://, aiohttp for https://.",
+    )
     headers: dict[str, str] = Field(
         default_factory=dict,
         description="Extra HTTP headers sent with every request (values are redacted in results).",

@@ -1,4 +1,4 @@
-"""kvbench's own HTTP/1.1 client transport for the timed requests (http:// targets).
+"""kvbench's own keep-alive HTTP/1.1 transport for the timed requests (the default for http://).
 
 Why not aiohttp for these: on Python 3.11 aiohttp writes a request body from a task
 of its own, which runs only after every other ready callback, and hands each chunk
@@ -10,79 +10,39 @@ benchmarks/results/latest.md). aiohttp still carries https and everything untime
 
 Scope, deliberately small: one request per keep-alive connection at a time (no
 pipelining), responses framed by chunked encoding, Content-Length or connection
-close; interim 1xx responses skipped; no compression, redirects or proxies.
+close; interim 1xx responses skipped; line ends CRLF or bare LF (as aiohttp's parser
+accepts). Status, headers and body meaning belong to the sink (kvbench.client.stream):
+compression, redirects and errors are judged there, once for every transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import re
 import socket
 import time
-from dataclasses import dataclass
-from typing import Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
-from kvbench import __version__
-from kvbench.sse import SSEError
+from kvbench.client.transport.base import (
+    BadResponse,
+    ConnectFailed,
+    ConnectionLost,
+    ResponseSink,
+    TimedRequest,
+    TimedTransport,
+)
 
-
-class RecordLike(Protocol):
-    end_ns: int | None
-    headers_ns: int | None
-    http_status: int | None
-
-    def fail(self, error_type: str, message: str, status: str = "error") -> None: ...
-
-
-class BodySink(Protocol):
-    """Where the response body goes (the client's SSE handling)."""
-
-    @property
-    def rec(self) -> RecordLike: ...
-
-    def feed(self, t: int, chunk: bytes) -> bool: ...
-
-    def end(self, t: int) -> None: ...
+# After a record ends at `data: [DONE]`, the rest of the body (the last chunk) is read for this
+# long so the connection can be reused; a server that holds the stream open is dropped then.
+DRAIN_S = 2.0
+_BLANK_LINE = re.compile(rb"\r?\n\r?\n")
 
 
-class TargetConfig(Protocol):
-    @property
-    def url(self) -> str: ...
-
-
-class _BadHTTP(Exception):
-    """The server's bytes are not an HTTP/1.1 response we can read."""
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where the timed requests go, and the fixed part of their request head."""
-
-    pool: RawPool
-    key: tuple[str, int]
-    prefix: bytes  # request line and fixed headers, up to the X-Request-Id value
-
-    @staticmethod
-    def make(cfg: TargetConfig, headers: dict[str, str], pool: RawPool) -> Target | None:
-        url = urlsplit(cfg.url)
-        if url.scheme != "http" or not url.hostname:
-            return None
-        if any(c in k + v for k, v in headers.items() for c in "\r\n"):
-            return None  # let aiohttp refuse it with its own error
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        lines = [f"POST {path} HTTP/1.1", f"Host: {url.netloc}", f"User-Agent: kvbench/{__version__}"]
-        lines += ["Accept: */*", *(f"{k}: {v}" for k, v in headers.items() if k.lower() != "x-request-id")]
-        prefix = ("\r\n".join(lines) + "\r\nX-Request-Id: ").encode("utf-8")
-        return Target(pool, (url.hostname, url.port or 80), prefix)
-
-    def head(self, request_id: str, body_len: int) -> bytes:
-        return b"%b%b\r\nContent-Length: %d\r\n\r\n" % (self.prefix, request_id.encode(), body_len)
-
-
-class RawPool:
+class Http1Transport(TimedTransport):
     """Keep-alive HTTP/1.1 connections for the timed requests, at most `limit` busy at once."""
+
+    name = "http1"
 
     def __init__(self, limit: int, connect_timeout_s: float) -> None:
         self.limit = limit
@@ -90,14 +50,39 @@ class RawPool:
         self._slots: asyncio.Semaphore | None = None
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._all: set[_Conn] = set()
+        self._prefix: tuple[TimedRequest, bytes] | None = None
 
-    @property
-    def slots(self) -> asyncio.Semaphore:
+    def _head(self, req: TimedRequest, request_id: str, body_len: int) -> bytes:
+        cached = self._prefix
+        if cached is None or cached[0] is not req:
+            lines = [f"POST {req.path} HTTP/1.1", f"Host: {req.host_header}"]
+            lines += [f"{k}: {v}" for k, v in req.headers]
+            cached = self._prefix = (req, ("\r\n".join(lines) + "\r\nX-Request-Id: ").encode("utf-8"))
+        return b"%b%b\r\nContent-Length: %d\r\n\r\n" % (cached[1], request_id.encode(), body_len)
+
+    async def send(
+        self, req: TimedRequest, request_id: str, body: bytes, sink: ResponseSink, origin_ns: int
+    ) -> None:
+        head = self._head(req, request_id, len(body))
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limit)
-        return self._slots
+        async with self._slots:
+            conn = self._idle_conn(req.address)
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(req.address)
+            try:
+                await _exchange(conn, head, body, sink, origin_ns)
+            except ConnectionLost as exc:
+                if not (reused and exc.unanswered):
+                    raise
+                # the keep-alive race: the server closed an idle connection as we reused it
+                # (llama-server does after every stream). Nothing was answered, so nothing was
+                # processed: send again, once, on a fresh connection.
+                conn = await self._connect(req.address)
+                await _exchange(conn, head, body, sink, origin_ns)
 
-    def idle_conn(self, key: tuple[str, int]) -> _Conn | None:
+    def _idle_conn(self, key: tuple[str, int]) -> _Conn | None:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()  # most recently used first
@@ -105,14 +90,16 @@ class RawPool:
                 return conn
         return None
 
-    async def connect(self, target: Target) -> _Conn:
-        host, port = target.key
+    async def _connect(self, address: tuple[str, int]) -> _Conn:
+        host, port = address
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(lambda: _Conn(self, target.key), host, port)
+                _, conn = await loop.create_connection(lambda: _Conn(self, address), host, port)
         except TimeoutError:
-            raise OSError(f"connect timed out after {self.connect_timeout_s:g} s") from None
+            raise ConnectFailed(f"connect timed out after {self.connect_timeout_s:g} s") from None
+        except OSError as exc:
+            raise ConnectFailed(str(exc) or type(exc).__name__) from None
         self._all.add(conn)
         return conn
 
@@ -123,6 +110,9 @@ class RawPool:
     def forget(self, conn: _Conn) -> None:
         self._all.discard(conn)
 
+    async def aclose(self) -> None:
+        self.close()
+
     def close(self) -> None:
         for conn in list(self._all):
             conn.close()
@@ -130,10 +120,20 @@ class RawPool:
         self._idle.clear()
 
 
+async def _exchange(conn: _Conn, head: bytes, body: bytes, sink: ResponseSink, origin_ns: int) -> None:
+    ex = Exchange(conn, sink, asyncio.get_running_loop().create_future(), origin_ns)
+    conn.start(ex, head, body)
+    try:
+        await ex.finished
+    except asyncio.CancelledError:  # timeout or interrupt: nothing more is read from this connection
+        ex.abort()
+        raise
+
+
 class _Conn(asyncio.Protocol):
     """One keep-alive connection; one exchange at a time (no pipelining)."""
 
-    def __init__(self, pool: RawPool, key: tuple[str, int]) -> None:
+    def __init__(self, pool: Any, key: tuple[str, int]) -> None:
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None
@@ -185,42 +185,40 @@ _HEAD, _BODY = 0, 1
 
 
 class Exchange:
-    """One request's response on a _Conn: HTTP/1.1 framing (chunked, length, until close) -> BodySink."""
+    """One request's response on a _Conn: HTTP/1.1 framing (chunked, length, until close) -> ResponseSink."""
 
     __slots__ = (
         "buf",
         "chunk_left",
         "conn",
         "crlf",
-        "dropped_unanswered",
-        "errbody",
+        "drain_timer",
+        "draining",
         "finished",
         "framing",
         "keep_alive",
         "left",
         "origin",
+        "sink",
         "state",
-        "status",
-        "stream",
         "trailers",
     )
 
-    def __init__(self, conn: _Conn, stream: BodySink, finished: asyncio.Future[None], origin: int) -> None:
+    def __init__(self, conn: Any, sink: ResponseSink, finished: asyncio.Future[None], origin: int) -> None:
         self.conn = conn
-        self.stream = stream
+        self.sink = sink
         self.finished = finished
         self.origin = origin
         self.state = _HEAD
         self.buf = b""
-        self.status = 0
         self.framing = ""  # "chunked" | "length" | "close"
         self.left = 0  # length framing: bytes still due
         self.chunk_left = 0
-        self.crlf = False  # chunked: a CRLF closes the current chunk
+        self.crlf = False  # chunked: a line end closes the current chunk
         self.trailers = False
         self.keep_alive = True
-        self.errbody: bytearray | None = None
-        self.dropped_unanswered = False  # closed before one byte of response: safe to resend
+        self.draining = False  # the record is final ([DONE]); reading the rest only to reuse the connection
+        self.drain_timer: asyncio.TimerHandle | None = None
 
     # -- callbacks from _Conn ---------------------------------------------------------------------------
 
@@ -229,103 +227,98 @@ class Exchange:
         try:
             if self.state == _HEAD:
                 data = self._head(t, data)
-                if self.state == _HEAD or self.finished.done():
+                if self.state == _HEAD or self.conn.ex is not self:
                     return
             if self.framing == "chunked":
                 body, complete = self._dechunk(data)
             elif self.framing == "length":
                 if len(data) > self.left:
-                    raise _BadHTTP("more bytes than Content-Length")
+                    raise BadResponse("more bytes than Content-Length")
                 body, self.left = data, self.left - len(data)
                 complete = self.left == 0
             else:
                 body, complete = data, False
-            if body and self._body(t, body):
+            if self.draining:
+                if complete:
+                    self._finish(reuse=self.keep_alive)
+                return
+            if body and self.sink.feed(t, body):
+                # [DONE]: the record is final; the rest is read (never waited for) only to reuse
+                # the connection, which a close-delimited body cannot be
+                if self.sink.done and self.keep_alive and not complete:
+                    self._drain()
+                else:
+                    self._finish(reuse=self.sink.done and complete and self.keep_alive)
                 return
             if complete:
-                self._complete(t)
-        except SSEError as exc:
-            rec = self.stream.rec
-            rec.end_ns = t
-            rec.fail("response_too_large" if "larger than" in str(exc) else "bad_sse", str(exc))
-            self._finish(reuse=False)
-        except _BadHTTP as exc:
-            self.stream.rec.end_ns = t
-            self.stream.rec.fail("client_error", f"bad HTTP response: {exc}")
-            self._finish(reuse=False)
+                self.sink.end(t)
+                self._finish(reuse=self.keep_alive)
+        except Exception as exc:  # SSE errors from the sink, bad framing: raised in send()
+            self._fail(exc)
 
     def lost(self, exc: Exception | None) -> None:
+        if self.draining:
+            self._finish(reuse=False)
+            return
         if self.finished.done():
             return
-        rec = self.stream.rec
-        t = time.perf_counter_ns() - self.origin
         if self.state == _BODY and self.framing == "close":
-            self._complete(t)
+            self.sink.end(time.perf_counter_ns() - self.origin)
+            self._finish(reuse=False)
             return
         why = f"ServerDisconnected: {exc}" if exc else "ServerDisconnected"
-        self.dropped_unanswered = self.state == _HEAD and not self.buf
-        rec.end_ns = t
-        if rec.headers_ns is None:
-            rec.fail("connect_error", f"connection lost before a response: {why}")
-        else:
-            rec.fail("stream_truncated", f"connection closed mid-stream: {why}")
-        self.finished.set_result(None)
+        self.finished.set_exception(ConnectionLost(why, unanswered=self.state == _HEAD and not self.buf))
 
     def abort(self) -> None:
         """Timeout or cancellation: drop the connection, ignore whatever else arrives."""
-        if self.conn.ex is self:
-            self.conn.ex = None
-        self.conn.close()
+        self._finish(reuse=False)
 
     # -- parsing ---------------------------------------------------------------------------------------
 
     def _head(self, t: int, data: bytes) -> bytes:
         buf = self.buf + data if self.buf else data
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
+        m = _BLANK_LINE.search(buf)
+        if m is None:
             if len(buf) > 65536:
-                raise _BadHTTP("response head larger than 64 KiB")
+                raise BadResponse("response head larger than 64 KiB")
             self.buf = buf
             return b""
         self.buf = b""
-        lines = buf[:end].decode("latin-1").split("\r\n")
+        lines = [line.rstrip("\r") for line in buf[: m.start()].decode("latin-1").split("\n")]
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise _BadHTTP(f"bad status line {lines[0][:80]!r}")
+            raise BadResponse(f"bad status line {lines[0][:80]!r}")
         status = int(parts[1])
-        rest = buf[end + 4 :]
+        rest = buf[m.end() :]
         if 100 <= status < 200:  # interim response: the real one follows
             return self._head(t, rest) if rest else b""
-        length: int | None = None
-        chunked = False
-        self.keep_alive = parts[0] != "HTTP/1.0"
+        headers: dict[str, str] = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                try:
-                    length = int(value.strip())
-                except ValueError:
-                    raise _BadHTTP(f"bad Content-Length {value.strip()[:40]!r}") from None
-            elif name == "transfer-encoding":
-                chunked = "chunked" in value.lower()
-            elif name == "connection":
-                v = value.strip().lower()
-                self.keep_alive = v != "close" and (self.keep_alive or v == "keep-alive")
-        rec = self.stream.rec
-        rec.headers_ns = t
-        rec.http_status = self.status = status
+            headers[name.strip().lower()] = value.strip()
+        self.keep_alive = parts[0] != "HTTP/1.0"
+        if "connection" in headers:
+            v = headers["connection"].lower()
+            self.keep_alive = v != "close" and (self.keep_alive or v == "keep-alive")
+        length: int | None = None
+        if "content-length" in headers:
+            try:
+                length = int(headers["content-length"])
+            except ValueError:
+                raise BadResponse(f"bad Content-Length {headers['content-length'][:40]!r}") from None
         self.state = _BODY
-        if chunked:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
             self.framing = "chunked"
         elif length is not None:
             self.framing, self.left = "length", length
         else:
             self.framing, self.keep_alive = "close", False
-        if status >= 400:
-            self.errbody = bytearray()
+        if self.sink.head(t, status, parts[2] if len(parts) > 2 else "", headers):
+            self._finish(reuse=False)
+            return b""
         if self.framing == "length" and length == 0:
-            self._complete(t)
+            self.sink.end(t)
+            self._finish(reuse=self.keep_alive)
         return rest
 
     def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
@@ -343,16 +336,18 @@ class Exchange:
                 if not self.chunk_left:
                     self.crlf = True
                 continue
-            eol = buf.find(b"\r\n", pos)
+            eol = buf.find(b"\n", pos)
             if eol < 0:
                 if n - pos > 4096:
-                    raise _BadHTTP("chunk size line too long")
+                    raise BadResponse("chunk size line too long")
                 break
             line = buf[pos:eol]
-            pos = eol + 2
+            if line[-1:] == b"\r":
+                line = line[:-1]
+            pos = eol + 1
             if self.crlf:
                 if line:
-                    raise _BadHTTP("chunk data not followed by CRLF")
+                    raise BadResponse("chunk data not followed by a line end")
                 self.crlf = False
                 continue
             if self.trailers:
@@ -364,7 +359,7 @@ class Exchange:
             try:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
-                raise _BadHTTP(f"bad chunk size {line[:40]!r}") from None
+                raise BadResponse(f"bad chunk size {line[:40]!r}") from None
             if size == 0:
                 self.trailers = True
             else:
@@ -373,36 +368,23 @@ class Exchange:
         body = out[0] if len(out) == 1 else b"".join(out)
         return body, False
 
-    def _body(self, t: int, body: bytes) -> bool:
-        """Hand body bytes on; True when the exchange is over (failed)."""
-        if self.errbody is not None:
-            self.errbody += body
-            if len(self.errbody) >= 2048:
-                self._http_error(t)
-                self._finish(reuse=False)
-                return True
-            return False
-        if self.stream.feed(t, body):
-            self._finish(reuse=False)
-            return True
-        return False
+    # -- ending ----------------------------------------------------------------------------------------
 
-    def _http_error(self, t: int) -> None:
-        rec = self.stream.rec
-        assert self.errbody is not None
-        detail = bytes(self.errbody[:2048]).decode("utf-8", "replace")
-        rec.fail(f"http_{self.status}", error_detail(detail) or _status_phrase(self.status))
-        rec.end_ns = t
+    def _drain(self) -> None:
+        self.draining = True
+        self.drain_timer = self.finished.get_loop().call_later(DRAIN_S, self._finish, False)
+        if not self.finished.done():
+            self.finished.set_result(None)
 
-    def _complete(self, t: int) -> None:
-        if self.errbody is not None:
-            self._http_error(t)
-        else:
-            self.stream.end(t)
-        self._finish(reuse=self.keep_alive)
+    def _fail(self, exc: Exception) -> None:
+        self._finish(reuse=False, exc=exc)
 
-    def _finish(self, reuse: bool) -> None:
+    def _finish(self, reuse: bool, exc: Exception | None = None) -> None:
         conn = self.conn
+        if self.drain_timer is not None:
+            self.drain_timer.cancel()
+            self.drain_timer = None
+        self.draining = False
         if conn.ex is self:
             conn.ex = None
         if reuse and not conn.closed:
@@ -410,27 +392,7 @@ class Exchange:
         else:
             conn.close()
         if not self.finished.done():
-            self.finished.set_result(None)
-
-
-def _status_phrase(status: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
-def error_detail(body: str) -> str:
-    """The message of an error response body (OpenAI shape or plain text), one short line."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return body.strip()[:300]
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict):
-            return str(err.get("message") or err)[:300]
-        return str(err)[:300]
-    return body.strip()[:300]
+            if exc is None:
+                self.finished.set_result(None)
+            else:
+                self.finished.set_exception(exc)
