@@ -16,11 +16,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from kvbench.run.runner import RunOptions, run_scenario
 
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, make_session
 from kvbench.client.control import ControlClient
 from kvbench.errors import TargetUnreachable, UsageError
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 TRANSPORTS = ["http1", "aiohttp"]

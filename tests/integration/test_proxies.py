@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kvbench.run.runner import RunOptions, run_scenario
 
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, make_session
 from kvbench.errors import TargetUnreachable
 from kvbench.mock.spawn import spawned_mock
 from kvbench.results import load_run, read_jsonl, read_manifest
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
