@@ -190,13 +190,17 @@ class RunSummary(_Model):
 
 
 def simulated_banner(run: RunManifest) -> str | None:
-    if not run.simulated:
-        return None
-    profile = run.mock_profile_name or "default"
-    return (
-        f"SIMULATED: these figures come from kvbench's mock server (profile {profile}), "
-        "not from real hardware."
-    )
+    """What the figures are not: a mock's model, or the kvbench lab's small real parts."""
+    if run.simulated:
+        profile = run.mock_profile_name or "default"
+        return (
+            f"SIMULATED: these figures come from kvbench's mock server (profile {profile}), "
+            "not from real hardware."
+        )
+    lab = run.raw.get("lab")
+    if isinstance(lab, dict) and lab.get("banner"):
+        return f"LAB: {lab['banner']}."
+    return None
 
 
 def _read_noise(run_dir: Path) -> list[dict[str, Any]]:
