@@ -11,9 +11,10 @@ shares, and nothing about noise or load itself:
     clock.py      a remote process's clock offset to the driver (round trips, midpoint)
     calls.py      awaiting actor calls with a deadline, and one-line messages for their failures
 
-The backends live with their area: `kvbench.noise.ray_backend` (noise clients) and the load
-package's Ray backend. Ray is an optional dependency (`pip install 'kvbench[ray]'`): this module
-imports nothing, and `require_ray()` turns its absence into a one-line UsageError (exit 2).
+The backends live with their area: `kvbench.noise.ray_backend` (noise clients) and
+`kvbench.load.ray_backend` (load workers); this package imports nothing of kvbench but errors.
+Ray is an optional dependency (`pip install 'kvbench[ray]'`): this module imports nothing, and
+`require_ray()` turns its absence into a one-line UsageError (exit 2).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ and where it did, and a test can check it without a network.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,3 +84,13 @@ def node_affinity(node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+def is_loopback(host: str) -> bool:
+    """A host only this machine reaches: a sink or server there is out of other nodes' reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -30,12 +30,12 @@ from typing import Any
 from kvbench.cluster import require_ray
 from kvbench.cluster.calls import is_lost, one_line, settle
 from kvbench.cluster.clock import ClockOffset, measure_offset
-from kvbench.cluster.placement import NodeInfo, alive_nodes, node_affinity, place
+from kvbench.cluster.placement import NodeInfo, alive_nodes, is_loopback, node_affinity, place
 from kvbench.errors import UsageError
 from kvbench.noise.backend import NoiseBackend, NoiseContext
 from kvbench.noise.handle import REACHED_FRACTION, NoiseHandle, format_rate
 from kvbench.noise.process import split_host_port
-from kvbench.noise.ray_plan import RayNoiseOptions, client_configs, client_target, is_loopback
+from kvbench.noise.ray_plan import RayNoiseOptions, client_configs, client_target
 
 SAMPLE_INTERVAL_S = 1.0
 SAMPLE_TIMEOUT_S = 0.8  # a client that answers later counts in the next second

@@ -10,7 +10,6 @@ The noise section says what ONE generator does (tcp senders, iperf3 streams, fio
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,12 +65,3 @@ def client_target(kind: str, one: dict[str, Any]) -> float | None:
     if kind == "iperf3" and one.get("bitrate"):
         return parse_bitrate(one["bitrate"]) / 8 * one["parallel"] * len(one["servers"]) or None
     return None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

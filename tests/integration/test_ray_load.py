@@ -16,8 +16,8 @@ from raycluster import ray_test_cluster
 
 from kvbench.client import ClientConfig, build_body
 from kvbench.cluster import ray_available
-from kvbench.cluster.load_backend import WORKER_LOST, PreparedRequest, RayLoadBackend, split_shares
 from kvbench.cluster.session import ClusterLimits, connect
+from kvbench.load.ray_backend import WORKER_LOST, PreparedRequest, RayLoadBackend, split_shares
 from kvbench.mock.server import MockServer
 
 pytestmark = [

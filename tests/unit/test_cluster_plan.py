@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kvbench.cluster.clock import estimate_offset
-from kvbench.cluster.placement import NodeInfo, place
+from kvbench.cluster.placement import NodeInfo, is_loopback, place
 from kvbench.errors import UsageError
-from kvbench.noise.ray_plan import client_configs, client_target, is_loopback
+from kvbench.noise.ray_plan import client_configs, client_target
 from kvbench.scenario import FioNoise, Iperf3Noise, TcpNoise
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from kvbench.cluster import require_ray
 from kvbench.cluster.calls import call, is_lost, one_line, settle
 from kvbench.cluster.clock import ClockOffset, measure_offset
-from kvbench.cluster.placement import NodeInfo, Placement, alive_nodes, node_affinity, place
+from kvbench.cluster.placement import NodeInfo, Placement, alive_nodes, is_loopback, node_affinity, place
 from kvbench.errors import UsageError
 
 POLL_INTERVAL_S = 0.02
@@ -107,6 +107,7 @@ class RayLoadBackend:
     """The `ray` load backend: `workers` actors placed on the cluster, kept for the whole run."""
 
     name = "ray"
+    remote = True  # the phase passes a RemotePhase, not a coroutine (kvbench.run.throughput)
 
     def __init__(self, workers: int = 2, placement: Placement = "spread") -> None:
         self.ray = require_ray("load on a Ray cluster")
@@ -134,6 +135,7 @@ class RayLoadBackend:
             cpus_per_client=limits.cpus_per_load_worker,
             driver_node_id=sess.driver_node_id,
         )
+        _check_reachable(str(phase.client_spec()["config"]["base_url"]), plan, sess.driver_ip)
         actor_class = _actor_class(self.ray)
         for i, node in enumerate(plan):
             w = _Worker(name=f"load-{i}", node=node)
@@ -336,10 +338,23 @@ class RayLoadBackend:
         }
 
 
+def _check_reachable(base_url: str, plan: list[NodeInfo], driver_ip: str | None) -> None:
+    """A server on this machine's loopback cannot be reached by workers on other machines."""
+    from urllib.parse import urlsplit
+
+    remote = [n for n in plan if driver_ip is None or n.ip != driver_ip]
+    host = urlsplit(base_url).hostname or ""
+    if remote and is_loopback(host):
+        raise UsageError(
+            f"target.base_url: {base_url} is a loopback address, which load workers on other machines "
+            f"({remote[0].hostname}) cannot reach: give the server's address on the network"
+        )
+
+
 def _actor_class(ray: Any) -> Any:
     global _ACTOR_CLASS
     if _ACTOR_CLASS is None:
-        from kvbench.cluster.load_worker import LoadWorker
+        from kvbench.load.ray_worker import LoadWorker
 
         _ACTOR_CLASS = ray.remote(LoadWorker)
     return _ACTOR_CLASS
