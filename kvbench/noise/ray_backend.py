@@ -332,6 +332,12 @@ class RayNoiseBackend(NoiseBackend):
         h = self.handle
         h.total_bytes = sum(c.sampled for c in self.clients)
         h.clients = [self._client_record(c) for c in self.clients]
+        # the mean over the span the generators ran (first start to last stop, on the driver's
+        # timeline): every byte counted was sent inside it; the phase window is a little shorter
+        ran = [c for c in self.clients if c.started_ns is not None and c.ended_ns is not None]
+        if ran:
+            span = max(c.ended_ns or 0 for c in ran) - min(c.started_ns or 0 for c in ran)
+            h.duration_s = span / 1e9 if span > 0 else None
         self._describe()
 
     def _client_record(self, c: _Client) -> dict[str, Any]:
@@ -397,9 +403,9 @@ class RayNoiseBackend(NoiseBackend):
             )
             n["clients"].append(c.name)
             n["bytes"] += c.sampled
-        duration = (h.stopped_ns - h.started_ns) / 1e9 if h.started_ns and h.stopped_ns else None
+        rates = {r["client"]: r["mean_bytes_per_s"] for r in h.clients}  # each over its own run time
         for n in nodes.values():
-            rate = n["bytes"] / duration if duration else 0.0
+            rate = sum(rates.get(name, 0.0) for name in n["clients"])
             n["mean_bytes_per_s"] = round(rate, 1)
             n["gb_per_s"] = round(rate / 1e9, 3)
         h.cluster = {

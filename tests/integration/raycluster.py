@@ -71,3 +71,28 @@ def actor_states(ray, actors) -> list[str]:
 
     table = state.actors()
     return [table.get(a._actor_id.hex(), {}).get("State", "UNKNOWN") for a in actors]
+
+
+def kvbench_cli(*args: str, address: str, wait: bool = True, timeout: float = 300):
+    """`python -m kvbench ARGS` as a driver of the test cluster (RAY_ADDRESS), like a user's run."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAY_ADDRESS": address}
+    cmd = [sys.executable, "-m", "kvbench", *args]
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def alive_actors(class_name: str) -> list[dict]:
+    """The cluster's ALIVE actors of one class (this process must be connected to the cluster)."""
+    from ray._private import state
+
+    return [a for a in state.actors().values() if a["ActorClassName"] == class_name and a["State"] == "ALIVE"]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

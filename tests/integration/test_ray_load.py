@@ -9,10 +9,12 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
-from raycluster import ray_test_cluster
+from raycluster import alive_actors, kvbench_cli, ray_test_cluster, read_jsonl
 
 from kvbench.client import ClientConfig, build_body
 from kvbench.cluster import ray_available
@@ -145,3 +147,101 @@ async def test_a_removed_node_turns_in_flight_requests_into_worker_lost_rows(clu
     assert w1["state"] == "ready" and w1["rows"] == w1["assigned"] == 40
     assert w0["rows"] + w0["not_issued"] == w0["assigned"]
     assert backend.record()["workers_lost"] == ["load-0"]
+
+
+RUN = ("run", "throughput", "--cluster", "ray", "--quiet", "--no-report", "--prompts", "6")
+WORKERS = ("--set", "load.workers=2", "--set", "cluster.cpus_per_load_worker=0.5")
+
+
+def test_kvbench_run_with_two_load_workers_agrees_with_the_mock(cluster, tmp_path) -> None:
+    c, _ = cluster
+    p = kvbench_cli(
+        *RUN,
+        *WORKERS,
+        "--set",
+        "prompts.lengths=[1000]",
+        "--requests",
+        "60",
+        "--concurrency",
+        "4",
+        "--output-dir",
+        str(tmp_path),
+        address=c.address,
+    )
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = list(tmp_path.iterdir())
+    rows = read_jsonl(run_dir / "requests.jsonl")
+    # the server's log, less preflight's timed transport probe (a check, not a request of the run)
+    truth = [
+        t for t in read_jsonl(run_dir / "mock_ground_truth.jsonl") if "transport-probe" not in t["request_id"]
+    ]
+    assert sorted(r["request_id"] for r in rows) == sorted(t["request_id"] for t in truth)
+    cached = [r for r in rows if r["phase"] == "cached"]
+    assert len(cached) == 60 and all(r["status"] == "ok" for r in cached)
+    assert {r["worker"] for r in cached} == {"load-0", "load-1"} and len({r["node_id"] for r in cached}) == 2
+    assert all("worker" not in r for r in rows if r["phase"] == "probe")  # cold verification: the driver
+    ids = {r["request_id"] for r in cached}
+    assert max(t["in_flight_at_receive"] for t in truth if t["request_id"] in ids) <= 4
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    phase = manifest["phases"][0]
+    assert [w["concurrency"] for w in phase["load_backend"]["workers"]] == [2, 2]
+    assert manifest["cluster"]["load"]["workers_lost"] == [] and alive_actors("LoadWorker") == []
+
+
+def test_kvbench_run_survives_a_removed_node_and_says_so(cluster, tmp_path) -> None:
+    c, _ = cluster
+    p = kvbench_cli(
+        *RUN,
+        *WORKERS,
+        "--set",
+        "prompts.lengths=[2000]",
+        "--requests",
+        "400",
+        "--concurrency",
+        "4",
+        "--max-tokens",
+        "32",
+        "--output-dir",
+        str(tmp_path),
+        address=c.address,
+        wait=False,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = list(tmp_path.iterdir())
+            if (
+                runs
+                and (runs[0] / "requests.jsonl").exists()
+                and (
+                    sum('"worker"' in ln for ln in (runs[0] / "requests.jsonl").read_text().splitlines())
+                    >= 10
+                )
+            ):
+                break
+            time.sleep(0.2)
+        workers = {n.node_id: n for n in c.worker_nodes}
+        victim = next(a for a in alive_actors("LoadWorker") if a["Address"]["NodeID"] in workers)
+        os.kill(victim["Pid"], signal.SIGKILL)  # the machine goes: its processes first, then its raylet
+        c.remove_node(workers[victim["Address"]["NodeID"]], allow_graceful=False)
+        _out, err = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        c.add_node(num_cpus=2, object_store_memory=80 * 1024 * 1024)
+    assert p.returncode == 1, err
+    assert "Traceback" not in err
+    (run_dir,) = list(tmp_path.iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["error_counts"]["worker_lost"] >= 1
+    lost = [w for w in manifest["phases"][0]["load_backend"]["workers"] if w["state"] == "lost"]
+    assert len(lost) == 1 and lost[0]["lost_in_flight"] == manifest["error_counts"]["worker_lost"]
+    assert manifest["cluster"]["load"]["workers_lost"] == [lost[0]["worker"]]
+    rows = read_jsonl(run_dir / "requests.jsonl")
+    assert len(rows) == len({r["request_id"] for r in rows})
+    assert sum(r["error_type"] == "worker_lost" for r in rows) == lost[0]["lost_in_flight"]
+    rep = subprocess.run(
+        [sys.executable, "-m", "kvbench", "report", str(run_dir)], capture_output=True, text=True
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert (run_dir / "report.md").exists()

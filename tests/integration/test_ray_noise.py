@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from raycluster import actor_states, cmdlines, ray_test_cluster
+from raycluster import actor_states, alive_actors, cmdlines, kvbench_cli, ray_test_cluster, read_jsonl
 
 from kvbench.cluster import ray_available
 from kvbench.cluster.session import ClusterLimits, connect
@@ -274,3 +274,35 @@ def test_sigint_during_a_ray_noisy_phase_stops_every_remote_generator(cluster, t
 
     table = state.actors()
     assert {table[a]["State"] for a in last["actors"]} == {"DEAD"}
+
+
+def test_kvbench_run_throughput_noisy_cluster_ray_writes_per_node_noise_rows(cluster, tmp_path):
+    """`kvbench run throughput --noisy --cluster ray`: 4 noise clients spread over the nodes."""
+    c, _ = cluster
+    p = kvbench_cli(
+        *("run", "throughput", "--noisy", "--cluster", "ray", "--quiet", "--no-report"),
+        *("--prompts", "4", "--set", "prompts.lengths=[2000]", "--requests", "80", "--concurrency", "2"),
+        *("--set", "noise.clients=4", "--set", "noise.senders=1", "--set", "noise.rate_bytes_per_s=40000000"),
+        *("--set", "cluster.cpus_per_noise_client=0.5", "--output-dir", str(tmp_path)),
+        address=c.address,
+    )
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = list(tmp_path.iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (
+        manifest["cluster"]["session"]["mode"] == "connected"
+        and manifest["cluster"]["session"]["shipped_code"]
+    )
+    noisy = next(ph for ph in manifest["phases"] if ph["label"] == "noisy")
+    noise = noisy["noise"]
+    assert noise["cluster"]["clients_running"] == 4 and len(noise["cluster"]["nodes"]) == 3
+    assert noise["total_bytes"] == sum(c["bytes"] for c in noise["clients"]) > 0
+    rows = read_jsonl(run_dir / "noise.jsonl")
+    clients = [r for r in rows if r["client"] != "total"]
+    assert len({r["node_id"] for r in clients}) >= 2
+    assert sum(r["bytes"] for r in rows if r["client"] == "total") == noise["total_bytes"]
+    print("per node:", [(n["node_id"][:8], n["clients"], n["gb_per_s"]) for n in noise["cluster"]["nodes"]])
+    # nothing left running: no sender towards the run's sink, no noise actor
+    (target,) = {t for cl in noise["clients"] for t in cl["config"]["targets"]}
+    assert cmdlines(f"kvbench.noise.sender {target.replace(':', ' ')}") == []
+    assert alive_actors("NoiseClient") == []
