@@ -1,8 +1,9 @@
 """Which node each remote client runs on: the alive nodes, and a pure, recorded placement.
 
     spread   one client per node while nodes last, then round again (the published set-up: four
-             noise machines); nodes other than the driver's come first, so that the noise does not
-             share the NIC of the measured load when the cluster has room elsewhere
+             noise machines); the nodes to avoid (the driver's; for noise also the load workers')
+             come last, so that the noise does not share the NIC of the measured load when the
+             cluster has room elsewhere
     pack     fill a node up to its CPUs (per-client CPUs from the cluster section) before the next
 
 The placement is computed here, from `ray.nodes()`, and pinned with a hard node affinity, rather
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -55,9 +56,9 @@ def place(
     strategy: Placement,
     *,
     cpus_per_client: float,
-    driver_node_id: str | None = None,
+    avoid: Collection[str] = (),
 ) -> list[NodeInfo]:
-    """The node of each of `count` clients. Nodes other than the driver's come first.
+    """The node of each of `count` clients. Nodes whose id is in `avoid` come last.
 
     spread: round-robin over the nodes. pack: as many as a node's CPUs hold (all on the first node
     when clients ask for no CPU), then the next; beyond the cluster's capacity, round-robin again
@@ -67,7 +68,7 @@ def place(
         return []
     if not nodes:
         raise ValueError("no alive node to place on")
-    order = sorted(nodes, key=lambda n: (n.node_id == driver_node_id, n.node_id))
+    order = sorted(nodes, key=lambda n: (n.node_id in avoid, n.node_id))
     if strategy == "spread":
         return [order[i % len(order)] for i in range(count)]
     out: list[NodeInfo] = []

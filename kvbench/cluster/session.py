@@ -65,7 +65,13 @@ class RaySession:
     driver_ip: str | None
     shipped_code: bool
     limits: ClusterLimits = field(default_factory=ClusterLimits)
+    load_nodes: set[str] = field(default_factory=set)  # nodes running load workers: noise avoids them
     owned: bool = field(default=False, repr=False)  # ours to shut down
+
+    def avoid(self, *, noise: bool) -> set[str]:
+        """Nodes a placement puts last: the driver's, and for noise the load workers' too."""
+        nodes = {self.driver_node_id} if self.driver_node_id else set()
+        return nodes | self.load_nodes if noise else nodes
 
     def record(self) -> dict[str, Any]:
         """The manifest's view of the connection."""
@@ -101,7 +107,7 @@ def connect(
 ) -> RaySession:
     """Connect this process to Ray (once; later calls return the same session, with `limits` if given)."""
     global _SESSION
-    ray = require_ray()
+    ray = require_ray("cluster.backend: ray")
     if _SESSION is not None and ray.is_initialized():
         if limits is not None:
             _SESSION.limits = limits

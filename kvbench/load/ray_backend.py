@@ -133,8 +133,9 @@ class RayLoadBackend:
             alive_nodes(self.ray),
             self.placement,
             cpus_per_client=limits.cpus_per_load_worker,
-            driver_node_id=sess.driver_node_id,
+            avoid=sess.avoid(noise=False),
         )
+        sess.load_nodes.update(n.node_id for n in plan)
         _check_reachable(str(phase.client_spec()["config"]["base_url"]), plan, sess.driver_ip)
         actor_class = _actor_class(self.ray)
         for i, node in enumerate(plan):

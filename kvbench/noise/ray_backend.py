@@ -141,7 +141,7 @@ class RayNoiseBackend(NoiseBackend):
             nodes,
             self.options.placement,
             cpus_per_client=limits.cpus_per_noise_client,
-            driver_node_id=sess.driver_node_id,
+            avoid=sess.avoid(noise=True),
         )
         self._check_reachable(plan, sess.driver_ip)
         actor_class = _actor_class(self.ray)

@@ -96,3 +96,16 @@ def read_jsonl(path: Path) -> list[dict]:
     import json
 
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def children(parents: set[int]) -> set[int]:
+    """Live processes whose parent is one of `parents` (e.g. the senders of noise actors)."""
+    out = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                fields = stat.rsplit(")", 1)[1].split()
+                if fields[0] != "Z" and int(fields[1]) in parents:
+                    out.add(int(pid))
+    return out

@@ -138,6 +138,7 @@ async def test_a_removed_node_turns_in_flight_requests_into_worker_lost_rows(clu
         finally:
             await backend.aclose()
             c.add_node(num_cpus=2, object_store_memory=80 * 1024 * 1024)  # for the next test
+            c.wait_for_nodes()  # and the GCS has marked the removed one dead
     lost = [r for r in phase.rows if r["error_type"] == WORKER_LOST]
     assert lost and all(r["worker"] == "load-0" and r["status"] == "error" for r in lost)
     ids = [r["request_id"] for r in phase.rows]
@@ -229,6 +230,7 @@ def test_kvbench_run_survives_a_removed_node_and_says_so(cluster, tmp_path) -> N
         if p.poll() is None:
             p.kill()
         c.add_node(num_cpus=2, object_store_memory=80 * 1024 * 1024)
+        c.wait_for_nodes()  # and the GCS has marked the removed one dead
     assert p.returncode == 1, err
     assert "Traceback" not in err
     (run_dir,) = list(tmp_path.iterdir())

@@ -11,15 +11,21 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import textwrap
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import aiohttp
 import pytest
-from raycluster import actor_states, alive_actors, cmdlines, kvbench_cli, ray_test_cluster, read_jsonl
+from raycluster import (
+    actor_states,
+    alive_actors,
+    children,
+    cmdlines,
+    kvbench_cli,
+    ray_test_cluster,
+    read_jsonl,
+)
 
 from kvbench.cluster import ray_available
 from kvbench.cluster.session import ClusterLimits, connect
@@ -204,76 +210,39 @@ async def test_fio_clients_on_a_shared_directory_keep_apart(cluster, tmp_path):
     assert list(tmp_path.iterdir()) == []  # fio unlinked its files, the client its subdirectory
 
 
-SIGINT_DRIVER = textwrap.dedent(
-    """
-    import asyncio, json, signal, sys, time
-    from kvbench.cluster.session import ClusterLimits, connect
-    from kvbench.noise.backend import NoiseContext
-    from kvbench.noise.ray_backend import RayNoiseBackend
-    from kvbench.noise.ray_plan import RayNoiseOptions
-    from kvbench.noise.sink import tcp_sink
-    from kvbench.scenario import FioNoise, Iperf3Noise, TcpNoise
-
-    class Out:
-        def write(self, row):
-            pass
-
-    async def main():
-        connect(limits=ClusterLimits(cpus_per_noise_client=0.5))  # RAY_ADDRESS: the test cluster
-        me = asyncio.current_task()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, me.cancel)  # as the runner does
-        async with tcp_sink() as sink:
-            cfg = TcpNoise(senders=2, rate_bytes_per_s=20e6, chunk_bytes=65536, max_duration_s=120)
-            ctx = NoiseContext(phase="noisy-1", writer=Out(), origin_ns=time.perf_counter_ns(),
-                               default_targets=(sink.address,))
-            backend = RayNoiseBackend(cfg, ctx, RayNoiseOptions(clients=3))
-            try:
-                async with backend as handle:
-                    print(json.dumps({"port": sink.port}), flush=True)
-                    await asyncio.sleep(120)
-            except asyncio.CancelledError:
-                print(json.dumps({"summary": handle.summary(), "actors": [
-                    c.actor._actor_id.hex() for c in backend.clients]}), flush=True)
-                return 130
-        return 0
-
-    sys.exit(asyncio.run(main()))
-    """
-)
-
-
 def test_sigint_during_a_ray_noisy_phase_stops_every_remote_generator(cluster, tmp_path):
     c, _ = cluster
-    env = dict(os.environ, RAY_ADDRESS=c.address, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SIGINT_DRIVER],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    p = kvbench_cli(
+        *("run", "throughput", "--noisy", "--cluster", "ray", "--quiet", "--no-report"),
+        *("--prompts", "4", "--set", "prompts.lengths=[2000]", "--requests", "4000", "--concurrency", "2"),
+        *("--set", "noise.clients=3", "--set", "noise.senders=2", "--set", "noise.rate_bytes_per_s=30000000"),
+        *("--set", "cluster.cpus_per_noise_client=0.5", "--output-dir", str(tmp_path)),
+        address=c.address,
+        wait=False,
     )
     try:
-        first = json.loads(proc.stdout.readline() or "{}")
-        assert "port" in first, proc.stderr.read()
-        needle = f"kvbench.noise.sender 127.0.0.1 {first['port']}"
-        time.sleep(1.5)
-        assert len(cmdlines(needle)) == 6  # 3 clients x 2 senders, on the nodes
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(alive_actors("NoiseClient")) < 3:
+            time.sleep(0.2)
+        time.sleep(2.0)  # the senders run on the nodes, children of the noise actors
+        (run_dir,) = list(tmp_path.iterdir())
+        actors = alive_actors("NoiseClient")
+        senders = children({a["Pid"] for a in actors})
+        assert len(actors) == 3 and len(senders) == 6  # 3 clients x 2 senders
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, (out, err)
-    last = json.loads(out.strip().splitlines()[-1])
-    summary = last["summary"]
-    assert {c["state"] for c in summary["clients"]} == {"stopped"} and summary["total_bytes"] > 0
-    assert summary["cluster"]["session"]["shipped_code"] is True  # kvbench went to the nodes with the job
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert {r["phase"] for r in read_jsonl(run_dir / "noise.jsonl")} == {"noisy-1"}
+    rows = [r for r in read_jsonl(run_dir / "noise.jsonl") if r["client"] != "total"]
+    assert rows and all(r["node_id"] for r in rows)  # per-node rows came before the interrupt
     time.sleep(0.5)
-    assert cmdlines(needle) == []
-    from ray._private import state
-
-    table = state.actors()
-    assert {table[a]["State"] for a in last["actors"]} == {"DEAD"}
+    assert alive_actors("NoiseClient") == []
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in senders)  # no generator left on any node
 
 
 def test_kvbench_run_throughput_noisy_cluster_ray_writes_per_node_noise_rows(cluster, tmp_path):
@@ -281,7 +250,8 @@ def test_kvbench_run_throughput_noisy_cluster_ray_writes_per_node_noise_rows(clu
     c, _ = cluster
     p = kvbench_cli(
         *("run", "throughput", "--noisy", "--cluster", "ray", "--quiet", "--no-report"),
-        *("--prompts", "4", "--set", "prompts.lengths=[2000]", "--requests", "80", "--concurrency", "2"),
+        *("--prompts", "4", "--set", "prompts.lengths=[2000]", "--requests", "300", "--concurrency", "2"),
+        *("--max-tokens", "64"),  # a noisy phase of a few seconds: full per-second rows
         *("--set", "noise.clients=4", "--set", "noise.senders=1", "--set", "noise.rate_bytes_per_s=40000000"),
         *("--set", "cluster.cpus_per_noise_client=0.5", "--output-dir", str(tmp_path)),
         address=c.address,
@@ -301,6 +271,7 @@ def test_kvbench_run_throughput_noisy_cluster_ray_writes_per_node_noise_rows(clu
     clients = [r for r in rows if r["client"] != "total"]
     assert len({r["node_id"] for r in clients}) >= 2
     assert sum(r["bytes"] for r in rows if r["client"] == "total") == noise["total_bytes"]
+    assert sum(r["client"] == "total" for r in rows) >= 2
     print("per node:", [(n["node_id"][:8], n["clients"], n["gb_per_s"]) for n in noise["cluster"]["nodes"]])
     # nothing left running: no sender towards the run's sink, no noise actor
     (target,) = {t for cl in noise["clients"] for t in cl["config"]["targets"]}

@@ -13,7 +13,7 @@ from kvbench.cluster.clock import estimate_offset
 from kvbench.cluster.placement import NodeInfo, is_loopback, place
 from kvbench.errors import UsageError
 from kvbench.noise.ray_plan import client_configs, client_target
-from kvbench.scenario import FioNoise, Iperf3Noise, TcpNoise
+from kvbench.scenario import FioNoise, Iperf3Noise, TcpNoise, load_scenario, parse_cluster_flag
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = NodeInfo("a-head", "10.0.0.1", "head", 4)
@@ -23,16 +23,19 @@ NODES = [HEAD, N1, N2]
 
 
 def test_spread_is_one_per_node_while_nodes_last_the_drivers_node_last() -> None:
-    got = place(4, NODES, "spread", cpus_per_client=1, driver_node_id="a-head")
+    got = place(4, NODES, "spread", cpus_per_client=1, avoid={"a-head"})
     assert [n.hostname for n in got] == ["one", "two", "head", "one"]
     assert [n.hostname for n in place(2, NODES, "spread", cpus_per_client=1)] == ["head", "one"]
+    # noise also avoids the load workers' nodes: the measured load keeps its NIC while nodes last
+    got = place(3, NODES, "spread", cpus_per_client=1, avoid={"a-head", "b-one"})
+    assert [n.hostname for n in got] == ["two", "head", "one"]
 
 
 def test_pack_fills_a_node_up_to_its_cpus_first() -> None:
-    got = place(7, NODES, "pack", cpus_per_client=1, driver_node_id="a-head")
+    got = place(7, NODES, "pack", cpus_per_client=1, avoid={"a-head"})
     assert [n.hostname for n in got] == ["one"] * 4 + ["two"] * 2 + ["head"]
     # beyond the cluster's capacity: round-robin again (Ray queues them; the deadline records them)
-    got = place(12, NODES, "pack", cpus_per_client=1, driver_node_id="a-head")
+    got = place(12, NODES, "pack", cpus_per_client=1, avoid={"a-head"})
     assert len(got) == 12 and got[10:] == [N1, N2]
     assert place(3, NODES, "pack", cpus_per_client=0) == [HEAD] * 3
     assert place(0, NODES, "spread", cpus_per_client=1) == []
@@ -119,3 +122,47 @@ def test_the_noise_package_stays_import_light_with_the_ray_kinds_registered() ->
     code = "import sys, kvbench.noise as n; print(n.noise_kinds('ray')); print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split("\n")[:2] == ["('none', 'tcp', 'iperf3', 'fio')", "False"]
+
+
+def _cli(tmp_path, *args: str, hide_ray: bool = False) -> subprocess.CompletedProcess[str]:
+    code = (
+        ("import sys; sys.modules['ray'] = None\n" if hide_ray else "import sys\n")
+        + f"sys.argv = ['kvbench', *{list(args)!r}]\n"
+        + "from kvbench.cli import main\nmain()\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_cluster_ray_without_ray_is_exit_2_in_one_line_before_anything_runs(tmp_path) -> None:
+    out = _cli(tmp_path, "run", "throughput", "--cluster", "ray", "--output-dir", "runs", hide_ray=True)
+    assert out.returncode == 2
+    assert out.stderr == (
+        "kvbench: cluster.backend: ray needs Ray, which is not installed: pip install 'kvbench[ray]'\n"
+    )
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+
+
+def test_cluster_flag_and_section_are_checked(tmp_path) -> None:
+    out = _cli(tmp_path, "run", "throughput", "--cluster", "k8s")
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "kvbench: --cluster 'k8s': expected local, ray or ray://HOST:PORT"
+    )
+    for keys, message in [
+        ({"noise.clients": 4}, "noise.clients: more than one noise client needs cluster.backend: ray"),
+        ({"load.workers": 2}, "load.workers: load workers need cluster.backend: ray"),
+        ({"cluster.address": "ray://nowhere"}, "is not auto, ray://HOST:PORT or HOST:PORT"),
+    ]:
+        with pytest.raises(UsageError) as exc:
+            load_scenario("throughput", keys)
+        assert message in exc.value.message and "\n" not in exc.value.message
+    scn, _ = load_scenario(
+        "throughput",
+        {
+            "cluster.backend": "ray",
+            "cluster.address": "ray://head:10001",
+            "noise.clients": 4,
+            "load.workers": 2,
+        },
+    )
+    assert (scn.cluster.address, scn.noise.clients, scn.load.workers) == ("ray://head:10001", 4, 2)
+    assert parse_cluster_flag("ray://h:1") == {"cluster.backend": "ray", "cluster.address": "ray://h:1"}
