@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import socket
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -95,3 +96,20 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def on_this_machine(ip: str) -> bool:
+    """Whether `ip` is one of this machine's addresses (the kernel picks it as its own source
+    address to reach it; a UDP connect sends nothing). Works for a Ray client off the cluster too."""
+    try:
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((ip, 9))
+            return bool(s.getsockname()[0] == ip)
+    except OSError:
+        return False
+
+
+def off_this_machine(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
+    """The nodes that cannot reach this machine's loopback (127.0.0.1 there is another host)."""
+    return [n for n in nodes if not on_this_machine(n.ip)]

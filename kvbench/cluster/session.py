@@ -107,6 +107,8 @@ def connect(
 ) -> RaySession:
     """Connect this process to Ray (once; later calls return the same session, with `limits` if given)."""
     global _SESSION
+    # a Ray client's gRPC logs "skipping fork() handlers" whenever kvbench starts a child: not news
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     ray = require_ray("cluster.backend: ray")
     if _SESSION is not None and ray.is_initialized():
         if limits is not None:

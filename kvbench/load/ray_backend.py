@@ -32,7 +32,15 @@ from typing import Any, Protocol
 from kvbench.cluster import require_ray
 from kvbench.cluster.calls import call, is_lost, one_line, settle
 from kvbench.cluster.clock import ClockOffset, measure_offset
-from kvbench.cluster.placement import NodeInfo, Placement, alive_nodes, is_loopback, node_affinity, place
+from kvbench.cluster.placement import (
+    NodeInfo,
+    Placement,
+    alive_nodes,
+    is_loopback,
+    node_affinity,
+    off_this_machine,
+    place,
+)
 from kvbench.errors import UsageError
 
 POLL_INTERVAL_S = 0.02
@@ -136,7 +144,7 @@ class RayLoadBackend:
             avoid=sess.avoid(noise=False),
         )
         sess.load_nodes.update(n.node_id for n in plan)
-        _check_reachable(str(phase.client_spec()["config"]["base_url"]), plan, sess.driver_ip)
+        _check_reachable(str(phase.client_spec()["config"]["base_url"]), plan)
         actor_class = _actor_class(self.ray)
         for i, node in enumerate(plan):
             w = _Worker(name=f"load-{i}", node=node)
@@ -331,7 +339,6 @@ class RayLoadBackend:
         """The run's view of the backend: the session, the placement, each worker's last state."""
         return {
             "backend": "ray",
-            "session": self.session.record() if self.session is not None else None,
             "placement": self.placement,
             "workers_requested": self.workers_wanted,
             "workers": [self._worker_record(w) for w in self.workers],
@@ -339,11 +346,11 @@ class RayLoadBackend:
         }
 
 
-def _check_reachable(base_url: str, plan: list[NodeInfo], driver_ip: str | None) -> None:
+def _check_reachable(base_url: str, plan: list[NodeInfo]) -> None:
     """A server on this machine's loopback cannot be reached by workers on other machines."""
     from urllib.parse import urlsplit
 
-    remote = [n for n in plan if driver_ip is None or n.ip != driver_ip]
+    remote = off_this_machine(plan)
     host = urlsplit(base_url).hostname or ""
     if remote and is_loopback(host):
         raise UsageError(

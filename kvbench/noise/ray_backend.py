@@ -30,7 +30,14 @@ from typing import Any
 from kvbench.cluster import require_ray
 from kvbench.cluster.calls import is_lost, one_line, settle
 from kvbench.cluster.clock import ClockOffset, measure_offset
-from kvbench.cluster.placement import NodeInfo, alive_nodes, is_loopback, node_affinity, place
+from kvbench.cluster.placement import (
+    NodeInfo,
+    alive_nodes,
+    is_loopback,
+    node_affinity,
+    off_this_machine,
+    place,
+)
 from kvbench.errors import UsageError
 from kvbench.noise.backend import NoiseBackend, NoiseContext
 from kvbench.noise.handle import REACHED_FRACTION, NoiseHandle, format_rate
@@ -143,7 +150,7 @@ class RayNoiseBackend(NoiseBackend):
             cpus_per_client=limits.cpus_per_noise_client,
             avoid=sess.avoid(noise=True),
         )
-        self._check_reachable(plan, sess.driver_ip)
+        self._check_reachable(plan)
         actor_class = _actor_class(self.ray)
         for i, (node, one, share) in enumerate(zip(plan, self.configs, self._shares, strict=True)):
             c = _Client(name=f"ray-{i}", node=node, cfg=one, target_bytes_per_s=share)
@@ -185,11 +192,11 @@ class RayNoiseBackend(NoiseBackend):
         h.active = True
         self._ticker = asyncio.create_task(self._tick())
 
-    def _check_reachable(self, plan: list[NodeInfo], driver_ip: str | None) -> None:
+    def _check_reachable(self, plan: list[NodeInfo]) -> None:
         """A loopback sink is this machine's: a client on another machine cannot reach it."""
         if self.cfg.kind != "tcp":
             return
-        remote = [n for n in plan if driver_ip is None or n.ip != driver_ip]
+        remote = off_this_machine(plan)
         if not remote:
             return
         for target in self.configs[0]["targets"]:

@@ -20,21 +20,23 @@ OBJECT_STORE = 80 * 1024 * 1024
 
 
 @contextlib.contextmanager
-def ray_test_cluster(workers: int = 2, cpus: int = 2):
-    """Yield (cluster, ray) with this process connected as the driver; everything stops after."""
+def ray_test_cluster(workers: int = 2, cpus: int = 2, client_server: bool = False):
+    """Yield (cluster, ray) with this process connected as the driver; everything stops after.
+    `client_server`: the head also serves Ray clients, at `cluster.client_address` (ray://...)."""
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'kvbench[ray]'")
     from ray.cluster_utils import Cluster
 
     from kvbench.cluster import session
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": cpus,
-            "object_store_memory": OBJECT_STORE,
-            "include_dashboard": False,
-        },
-    )
+    head: dict = {"num_cpus": cpus, "object_store_memory": OBJECT_STORE, "include_dashboard": False}
+    if client_server:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            head["ray_client_server_port"] = s.getsockname()[1]
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    cluster.client_address = f"ray://127.0.0.1:{head.get('ray_client_server_port')}"
     try:
         for _ in range(workers):
             cluster.add_node(num_cpus=cpus, object_store_memory=OBJECT_STORE)
@@ -78,7 +80,7 @@ def kvbench_cli(*args: str, address: str, wait: bool = True, timeout: float = 30
     import subprocess
     import sys
 
-    env = {**os.environ, "RAY_ADDRESS": address}
+    env = {**os.environ, "RAY_ADDRESS": address} if address else dict(os.environ)
     cmd = [sys.executable, "-m", "kvbench", *args]
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -31,7 +31,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cluster():
-    with ray_test_cluster() as (c, ray):
+    with ray_test_cluster(client_server=True) as (c, ray):
         connect(limits=ClusterLimits(cpus_per_load_worker=0.5, start_timeout_s=60.0))
         yield c, ray
 
@@ -150,7 +150,7 @@ async def test_a_removed_node_turns_in_flight_requests_into_worker_lost_rows(clu
     assert backend.record()["workers_lost"] == ["load-0"]
 
 
-RUN = ("run", "throughput", "--cluster", "ray", "--quiet", "--no-report", "--prompts", "6")
+RUN = ("run", "throughput", "--quiet", "--no-report", "--prompts", "6")
 WORKERS = ("--set", "load.workers=2", "--set", "cluster.cpus_per_load_worker=0.5")
 
 
@@ -165,9 +165,11 @@ def test_kvbench_run_with_two_load_workers_agrees_with_the_mock(cluster, tmp_pat
         "60",
         "--concurrency",
         "4",
+        "--cluster",
+        c.client_address,  # through the Ray client server, as from a laptop off the cluster
         "--output-dir",
         str(tmp_path),
-        address=c.address,
+        address="",
     )
     assert p.returncode == 0, p.stderr
     (run_dir,) = list(tmp_path.iterdir())
@@ -184,9 +186,22 @@ def test_kvbench_run_with_two_load_workers_agrees_with_the_mock(cluster, tmp_pat
     ids = {r["request_id"] for r in cached}
     assert max(t["in_flight_at_receive"] for t in truth if t["request_id"] in ids) <= 4
     manifest = json.loads((run_dir / "manifest.json").read_text())
+    # the workers' stamps, moved by their clock offsets, agree with the server's clock (same host:
+    # one CLOCK_MONOTONIC): sent before the server received, first token after the server sent it
+    origin, by_id = manifest["clock_origin_ns"], {t["request_id"]: t for t in truth}
+    slack = 2_000_000 + max(
+        w["clock_uncertainty_ns"] for w in manifest["phases"][0]["load_backend"]["workers"]
+    )
+    early = [origin + r["sent_ns"] - by_id[r["request_id"]]["received_ns"] for r in cached]
+    late = [by_id[r["request_id"]]["first_token_ns"] - origin - r["first_token_ns"] for r in cached]
+    print(
+        "worst sent-after-received", max(early) / 1e6, "ms; worst token-before-server", max(late) / 1e6, "ms"
+    )
+    assert max(early) < slack and max(late) < slack
     phase = manifest["phases"][0]
     assert [w["concurrency"] for w in phase["load_backend"]["workers"]] == [2, 2]
     assert manifest["cluster"]["load"]["workers_lost"] == [] and alive_actors("LoadWorker") == []
+    assert manifest["cluster"]["session"]["mode"] == "client"
 
 
 def test_kvbench_run_survives_a_removed_node_and_says_so(cluster, tmp_path) -> None:
@@ -202,6 +217,8 @@ def test_kvbench_run_survives_a_removed_node_and_says_so(cluster, tmp_path) -> N
         "4",
         "--max-tokens",
         "32",
+        "--cluster",
+        "ray",
         "--output-dir",
         str(tmp_path),
         address=c.address,
