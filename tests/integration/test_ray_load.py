@@ -118,6 +118,26 @@ async def test_two_workers_one_row_per_request_agreeing_with_the_mock(cluster, t
         assert 0 < r["scheduled_ns"] <= r["sent_ns"] < r["first_token_ns"] <= r["end_ns"]
 
 
+async def test_a_paced_load_keeps_its_arrival_times_across_workers(cluster, tmp_path) -> None:
+    """rate load: the items keep their arrival offsets from one common start, whichever worker."""
+    async with MockServer("ci", ground_truth=tmp_path / "gt.jsonl") as srv:
+        phase = Phase(srv.base_url, concurrency=4)
+        backend = RayLoadBackend(workers=2)
+        try:
+            items = [Item(i, i % 5, scheduled_offset_s=i * 0.05) for i in range(40)]
+            await backend.run_items(items, 4, True, phase, phase.origin_ns)
+        finally:
+            await backend.aclose()
+    rows = sorted(phase.rows, key=lambda r: r["scheduled_ns"])
+    assert len(rows) == 40 and all(r["status"] == "ok" for r in rows)
+    assert {r["worker"] for r in rows} == {"load-0", "load-1"}
+    start = rows[0]["scheduled_ns"]
+    # on the driver's timeline, each arrival is where the schedule put it (+- the clock offsets)
+    errors = [abs(r["scheduled_ns"] - start - i * 50_000_000) for i, r in enumerate(rows)]
+    assert max(errors) < 5_000_000, errors
+    assert max(r["dispatch_delay_ms"] for r in rows) < 50
+
+
 async def test_a_removed_node_turns_in_flight_requests_into_worker_lost_rows(cluster, tmp_path) -> None:
     c, _ = cluster
     gt = tmp_path / "gt.jsonl"
