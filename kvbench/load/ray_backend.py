@@ -126,6 +126,7 @@ class RayLoadBackend:
         self.workers: list[_Worker] = []
         self.session: Any = None
         self.phases: list[dict[str, Any]] = []  # what each phase's manifest entry records
+        self._spec: dict[str, Any] | None = None  # the client spec the workers were opened with
 
     # --- workers ----------------------------------------------------------------------------------
 
@@ -172,10 +173,23 @@ class RayLoadBackend:
                 w.state, w.error = "failed", f"could not build its client: {one_line(res)}"
             else:
                 w.state = "ready"
+        self._spec = spec
         if not any(w.state == "ready" for w in self.workers):
             first = next((w.error for w in self.workers if w.error), "no worker started")
             self._kill_all()
             raise UsageError(f"load: no load worker started on the Ray cluster: {first}")
+
+    async def _follow_client(self, phase: RemotePhase, origin_ns: int) -> None:
+        """The target moved (persistence test: a restarted or another server): rebuild the clients."""
+        spec = phase.client_spec()
+        if spec == self._spec:
+            return
+        ready = [w for w in self.workers if w.state == "ready"]
+        refs = [w.actor.open.remote(spec, self._remote_origin(w, origin_ns)) for w in ready]
+        for w, res in zip(ready, await settle(refs, POLL_TIMEOUT_S * 2), strict=True):
+            if isinstance(res, BaseException):
+                self._lose(w, phase, f"could not rebuild its client: {one_line(res)}")
+        self._spec = spec
 
     @staticmethod
     async def _clock(w: _Worker) -> ClockOffset:
@@ -197,6 +211,7 @@ class RayLoadBackend:
         self, items: Sequence[Any], concurrency: int, paced: bool, phase: RemotePhase, origin_ns: int
     ) -> None:
         await self._ensure_workers(phase, origin_ns)
+        await self._follow_client(phase, origin_ns)
         ready = [w for w in self.workers if w.state == "ready"]
         shares = split_shares(len(items), concurrency, len(ready))
         for w in self.workers:

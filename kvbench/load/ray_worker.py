@@ -64,6 +64,10 @@ class LoadWorker:
         from kvbench.client import ClientConfig, StreamingClient, make_session
 
         self.origin_ns = origin_ns
+        if self.client is not None:  # the target moved: the old client's connections go
+            closer = getattr(self.client, "aclose", None)
+            if closer is not None:
+                await closer()
         if self.session is None:
             self.session = make_session(
                 int(client_spec["concurrency"]), float(client_spec["connect_timeout_s"])

@@ -92,17 +92,24 @@ def test_split_shares_adds_up() -> None:
 
 
 async def test_two_workers_one_row_per_request_agreeing_with_the_mock(cluster, tmp_path) -> None:
-    gt = tmp_path / "gt.jsonl"
-    async with MockServer("ci", ground_truth=gt) as srv:
+    gt, gt_after = tmp_path / "gt.jsonl", tmp_path / "gt-after.jsonl"
+    async with (
+        MockServer("ci", ground_truth=gt) as srv,
+        MockServer("ci", ground_truth=gt_after) as after,
+    ):
         phase = Phase(srv.base_url, concurrency=4)
         backend = RayLoadBackend(workers=2)
         try:
             items = [Item(i, i % 7) for i in range(60)]
             await backend.run_items(items, 4, False, phase, phase.origin_ns)
-            await backend.run_items(items[:10], 4, False, phase, phase.origin_ns)  # same workers again
+            # the same workers again, after the target moved (the persistence test's second server)
+            phase.cfg = dataclasses.replace(phase.cfg, base_url=after.base_url)
+            await backend.run_items(items[:10], 4, False, phase, phase.origin_ns)
         finally:
             await backend.aclose()
-    truth = [json.loads(line) for line in gt.read_text().splitlines()]
+    moved = {json.loads(line)["request_id"] for line in gt_after.read_text().splitlines()}
+    assert moved == {r["request_id"] for r in phase.rows[60:]} and len(moved) == 10
+    truth = [json.loads(line) for line in (gt.read_text() + gt_after.read_text()).splitlines()]
     ids = [r["request_id"] for r in phase.rows]
     assert len(ids) == len(set(ids)) == 70
     assert sorted(ids) == sorted(t["request_id"] for t in truth)  # one to one with the server's log
