@@ -291,3 +291,41 @@ def test_kvbench_run_survives_a_removed_node_and_says_so(cluster, tmp_path) -> N
     )
     assert rep.returncode == 0, rep.stderr
     assert (run_dir / "report.md").exists()
+
+
+def test_sigint_during_a_ray_load_phase_cancels_the_workers_requests(cluster, tmp_path) -> None:
+    c, _ = cluster
+    p = kvbench_cli(
+        *RUN,
+        *WORKERS,
+        *("--set", "prompts.lengths=[2000]", "--requests", "4000", "--concurrency", "4"),
+        *("--cluster", "ray", "--output-dir", str(tmp_path)),
+        address=c.address,
+        wait=False,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = list(tmp_path.iterdir())
+            rows = (
+                (runs[0] / "requests.jsonl").read_text()
+                if runs and (runs[0] / "requests.jsonl").exists()
+                else ""
+            )
+            if rows.count('"worker"') >= 10:
+                break
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    (run_dir,) = list(tmp_path.iterdir())
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+    rows = read_jsonl(run_dir / "requests.jsonl")
+    cancelled = [r for r in rows if r["status"] == "cancelled"]
+    assert cancelled and all(r["error_type"] == "cancelled" and r["worker"] for r in cancelled)
+    assert len(rows) == len({r["request_id"] for r in rows})
+    time.sleep(0.5)
+    assert alive_actors("LoadWorker") == []
