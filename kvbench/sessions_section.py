@@ -1,0 +1,123 @@
+"""The `sessions` test's knobs: multi-turn conversations, each turn resending the whole history.
+
+    test:
+      kind: sessions
+      users: 16                  # conversations in the phase
+      turns: {min: 3, max: 6}    # per user: fixed (an int) or a seeded uniform draw
+      system_prompt_tokens: 2000 # shared by every user (cached once, reused by all)
+      first_message_tokens: 1000 # the opening user message
+      turn_tokens: 200           # each later user message (the answer is appended before it)
+      think_time: {distribution: exponential, mean_s: 5, max_s: 60}
+      active_users: 8            # closed loop: users holding a conversation at once
+      arrival_rate_per_s: null   # open loop instead: new users per second (active_users caps them)
+      max_context_tokens: 130000 # a user stops before a turn that would pass this
+      baseline: false            # --baseline: replay every turn with a fresh salt (no reuse)
+
+The answer length is `output.max_tokens` (with ignore_eos, every answer has exactly that many
+tokens on servers that honour it). Why these knobs: they are the union of what the multi-turn
+anchors offer (LMCache's multi-round QA, vLLM's and SGLang's multi-turn benchmarks, AIPerf's
+multi-turn mode); docs/sessions.md in the report says which anchor has which.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TurnsRange(_Strict):
+    min: int = Field(..., ge=1, le=10_000, description="Fewest turns a user takes.")
+    max: int = Field(..., ge=1, le=10_000, description="Most turns a user takes.")
+
+    @model_validator(mode="after")
+    def _order(self) -> TurnsRange:
+        if self.min > self.max:
+            raise ValueError("min must not exceed max")
+        return self
+
+
+class ThinkTime(_Strict):
+    distribution: Literal["fixed", "uniform", "exponential"] = Field(
+        "exponential",
+        description="fixed: always mean_s; uniform: in [min_s, max_s]; exponential: mean_s, "
+        "clipped to [min_s, max_s]. Seeded: the same seed gives the same pauses.",
+    )
+    mean_s: float = Field(2.0, ge=0, description="Pause between an answer and the user's next turn, seconds.")
+    min_s: float = Field(0.0, ge=0, description="Shortest pause, seconds.")
+    max_s: float | None = Field(
+        None, ge=0, description="Longest pause, seconds (required for uniform; a cap for exponential)."
+    )
+    long_probability: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of pauses that are long instead (a user who leaves and comes back): "
+        "the returning-user reading, where other users' traffic has pushed the history out of "
+        "the fast tiers.",
+    )
+    long_s: float = Field(0.0, ge=0, description="Length of a long pause, seconds.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ThinkTime:
+        if self.distribution == "uniform" and self.max_s is None:
+            raise ValueError("max_s: required for a uniform think time")
+        if self.max_s is not None and self.max_s < self.min_s:
+            raise ValueError("max_s: must not be below min_s")
+        if self.long_probability > 0 and self.long_s <= 0:
+            raise ValueError("long_s: must be > 0 when long_probability is set")
+        return self
+
+
+class SessionsKnobs(_Strict):
+    """The sessions test's own section (registered as `test: {kind: sessions, ...}`)."""
+
+    users: int = Field(8, ge=1, le=100_000, description="Conversations (users) in a phase.")
+    turns: int | TurnsRange = Field(
+        4, description="Turns per user: an int, or {min, max} drawn uniformly per user (seeded)."
+    )
+    system_prompt_tokens: int = Field(
+        1000, ge=0, le=1_000_000, description="System prompt shared by every user, tokens (0: none)."
+    )
+    first_message_tokens: int = Field(500, ge=1, le=1_000_000, description="The first user message, tokens.")
+    turn_tokens: int = Field(
+        100, ge=1, le=1_000_000, description="Each later user message, tokens (the answer comes before it)."
+    )
+    think_time: ThinkTime = Field(default_factory=ThinkTime, description="Pause before each later turn.")
+    active_users: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Users holding a conversation at once (closed loop; a finished user is replaced "
+        "by the next). Also the cap of the open loop. Default: all users at once.",
+    )
+    arrival_rate_per_s: float | None = Field(
+        None, gt=0, description="Open loop: new users per second (null: closed loop)."
+    )
+    arrivals: Literal["poisson", "constant"] = Field(
+        "poisson", description="Open loop: inter-arrival distribution of new users."
+    )
+    max_context_tokens: int = Field(
+        130_000,
+        ge=16,
+        description="A user stops before a turn whose history would pass this (the published maximum is "
+        "130,000); the model's context length caps it too.",
+    )
+    seed: int = Field(0, description="Seed for turn counts, pauses, arrivals and message text.")
+    baseline: bool = Field(
+        False,
+        description="Also replay every session with a fresh salt per turn (`--baseline`): the same "
+        "messages, nothing reusable, the no-reuse TTFT to set beside each cached turn.",
+    )
+
+    @property
+    def max_active(self) -> int:
+        return min(self.active_users or self.users, self.users)
+
+    @property
+    def max_turns(self) -> int:
+        return self.turns if isinstance(self.turns, int) else self.turns.max
