@@ -192,15 +192,19 @@ class Conversation:
             self._first = (salt, _piece(m["role"], salted(salt, m["content"])))
         return self._first[1]
 
-    def turn(self, user: str, salt: str | None = None) -> tuple[list[dict[str, str]], list[bytes]]:
-        """The next turn's messages (history plus this user message, the first one salted with
-        `salt`, default the conversation's) and their JSON pieces; the history is not changed."""
+    def turn(
+        self, user: str, salt: str | None = None, upto: int | None = None
+    ) -> tuple[list[dict[str, str]], list[bytes]]:
+        """The next turn's messages and their JSON pieces: the history (its first `upto` messages,
+        default all) plus this user message, the first message salted with `salt` (default the
+        conversation's). The history itself is not changed."""
         salt = self.salt if salt is None else salt
-        raw = [*self.messages, {"role": "user", "content": user}]
+        n = len(self.messages) if upto is None else upto
+        raw = [*self.messages[:n], {"role": "user", "content": user}]
         msgs = [{"role": raw[0]["role"], "content": salted(salt, raw[0]["content"])}, *raw[1:]]
-        if not self.messages:  # the user message is the first one
+        if n == 0:  # the user message is the first one
             return msgs, [_piece("user", salted(salt, user))]
-        return msgs, [self._first_piece(salt), *self._pieces[1:], _piece("user", user)]
+        return msgs, [self._first_piece(salt), *self._pieces[1:n], _piece("user", user)]
 
 
 def chat_body(base: dict[str, Any], pieces: Sequence[bytes]) -> bytes:

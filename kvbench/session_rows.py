@@ -156,3 +156,25 @@ def turn_table_lines(table: list[dict[str, Any]]) -> list[str]:
             f"{_fmt(t['speedup'], '.1f'):>7} {_fmt(t['hit_ratio'], '.1%'):>6} {t['tier'] or '-':>5}"
         )
     return lines
+
+
+def per_tier(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Cached-phase turns grouped by serving tier: how many, median TTFT, context and pause.
+
+    This is the returning-user reading: turns served from G3/G4 after a long pause set beside
+    the immediate follow-ups served from G1, and beside the recomputed (`none`) turns."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r.get("ok") and r["label"] != "baseline" and r.get("turn", 0) > 0:
+            groups.setdefault(str(r.get("tier") or "unknown"), []).append(r)
+    order = {t: i for i, t in enumerate((*TIER_ORDER, "none", "unknown"))}
+    return [
+        {
+            "tier": tier,
+            "turns": len(rs),
+            "ttft_ms": _median(r.get("ttft_ms") for r in rs),
+            "context_tokens": _median(_context(r) for r in rs),
+            "since_prev_turn_s": _median(r.get("since_prev_turn_s") for r in rs),
+        }
+        for tier, rs in sorted(groups.items(), key=lambda kv: order.get(kv[0], -1))
+    ]

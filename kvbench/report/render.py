@@ -174,6 +174,11 @@ def build_summary(
         "notes": notes,
     }
     summary["published"] = published_comparison(summary) if manifest.get("reference") == "ibm-g4" else None
+    if manifest.get("test") == "sessions":
+        from kvbench.report.sessions import turns_summary
+
+        summary["sessions"] = turns_summary(run_dir)
+        summary["throughput"] = None  # users' pauses pace a sessions phase: its req/s ratio means nothing
     return summary, df, _read_noise(run_dir)
 
 
@@ -561,8 +566,28 @@ def _published_section(summary: dict[str, Any]) -> Section | None:
     )
 
 
+def _sessions_section(summary: dict[str, Any]) -> Section | None:
+    if not summary.get("sessions"):
+        return None
+    from kvbench.report.sessions import session_rows_from_table, tier_rows
+
+    header, rows = session_rows_from_table(summary["sessions"]["per_turn"])
+    th, tr = tier_rows(summary["sessions"])
+    return Section(
+        "Sessions: per turn",
+        [
+            "Median per turn index; speedup = baseline TTFT / cached TTFT for the same user and turn "
+            "(median over users); hit ratio = cached / context tokens; tier = the tier that served "
+            "most cached tokens (`none`: recomputed). Below: later turns by the tier that served them."
+        ],
+        [Table(header, rows), Table(th, tr)],
+    )
+
+
 def build_sections(summary: dict[str, Any], images: list[Path]) -> list[Section]:
     secs = [_run_section(summary)]
+    if (sessions := _sessions_section(summary)) is not None:
+        secs.append(sessions)
     for make in (
         _speedup_section,
         _throughput_section,
@@ -709,6 +734,15 @@ def key_table(summary: dict[str, Any]) -> Table:
                 f"{fmt(n['quiet_total_s'])} -> {fmt(n['noisy_total_s'])} s",
             ]
         )
+    for t in (summary.get("sessions") or {}).get("per_turn") or []:
+        rows.append(
+            [
+                f"sessions turn {t['turn']} ({fmt(t['context_tokens'])} tok)",
+                "baseline -> cached",
+                f"{fmt(t['speedup'])}x, hit {fmt((t['hit_ratio'] or 0) * 100)}%, {t['tier'] or '-'}",
+                f"{fmt(t['ttft_baseline_ms'])} -> {fmt(t['ttft_cached_ms'])} ms",
+            ]
+        )
     if not rows:
         for p in summary["phases"]:
             rows.append(
@@ -796,6 +830,10 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
 
         published = published_points("ibm-g4")
     images = plots.save_run_plots(run_dir, df, summary, noise_rows, published)
+    if summary.get("sessions"):
+        from kvbench.report.sessions import read_turns, save_session_plots
+
+        images += save_session_plots(read_turns(run_dir), run_dir)
     summary["plots"] = [p.name for p in images]
     write_json(run_dir / "summary.json", summary)
     title = f"kvbench report: {summary['run']['run_id']}"
@@ -957,6 +995,16 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
         ax.set_title("TTFT vs prompt length, all runs (log scale)")
         fig.savefig(out / "compare_ttft.png", dpi=110)
         images.append(out / "compare_ttft.png")
+    if any(s.get("sessions") for s in summaries):
+        from kvbench.report.sessions import compare_rows, plot_compare_ttft, read_turns
+
+        header, rows = compare_rows(names, run_dirs)
+        if rows:
+            sections.append(Section("Sessions: cached TTFT per turn", [], [Table(header, rows)]))
+            fig, (ax,) = plots.new_figure()
+            plot_compare_ttft(ax, [(n, read_turns(Path(d))) for n, d in zip(names, run_dirs, strict=True)])
+            fig.savefig(out / "compare_sessions_ttft.png", dpi=110)
+            images.append(out / "compare_sessions_ttft.png")
     sections.append(Section("Plots", [], [], images))
     title = "kvbench compare: " + " vs ".join(names)
     (out / "compare.md").write_text(to_markdown(title, sections), encoding="utf-8")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvbench.session_rows import TIER_ORDER, TURNS, per_turn
+from kvbench.session_rows import TIER_ORDER, TURNS, per_tier, per_turn
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +62,8 @@ def _context(df: pd.DataFrame) -> pd.Series:
 
 def plot_ttft_vs_turn(ax: Axes, df: pd.DataFrame) -> None:
     """Median TTFT per turn index, cached and baseline, with the p10-p90 band."""
+    from matplotlib.ticker import MaxNLocator
+
     for label, color in (("cached", CACHED_COLOR), ("baseline", BASELINE_COLOR)):
         sel = _ok(df, label)
         if not len(sel):
@@ -71,6 +73,7 @@ def plot_ttft_vs_turn(ax: Axes, df: pd.DataFrame) -> None:
         ax.plot(x, g.median().to_numpy(), marker="o", color=color, label=f"{label} (median)")
         ax.fill_between(x, g.quantile(0.1).to_numpy(), g.quantile(0.9).to_numpy(), color=color, alpha=0.15)
     ax.set_xlabel("turn")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("TTFT (ms)")
     ax.set_title("TTFT by turn")
     ax.grid(alpha=0.3)
@@ -94,12 +97,15 @@ def plot_ttft_vs_context(ax: Axes, df: pd.DataFrame) -> None:
 
 def plot_hit_ratio(ax: Axes, df: pd.DataFrame) -> None:
     """Cached over context tokens per turn index (cached phase), with the speedup on a twin axis."""
+    from matplotlib.ticker import MaxNLocator
+
     table = turn_table(df)
     if not len(table):
         return
     ax.bar(table["turn"], table["hit_ratio"].fillna(0), color=CACHED_COLOR, alpha=0.8, label="hit ratio")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("turn")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("cached / context tokens")
     ax.set_title("Reuse per turn")
     if table["speedup"].notna().any():
@@ -178,17 +184,13 @@ def save_session_plots(df: pd.DataFrame, out_dir: Path, prefix: str = "sessions"
 
 def session_section_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the per-turn table, formatted for a report section."""
-    table = per_turn(_records(df))
-    header = [
-        "turn",
-        "users",
-        "context tokens",
-        "TTFT cached ms",
-        "TTFT baseline ms",
-        "speedup",
-        "hit ratio",
-        "tier",
-    ]
+    return session_rows_from_table(per_turn(_records(df)))
+
+
+def session_rows_from_table(table: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The per-turn table (kvbench.session_rows.per_turn) as report cells."""
+    header = ["turn", "users", "context tokens", "TTFT cached ms", "TTFT baseline ms", "speedup"]
+    header += ["hit ratio", "tier"]
 
     def f(x: Any, spec: str) -> str:
         return "-" if x is None or x != x else format(x, spec)
@@ -219,3 +221,72 @@ def compare_turns(frames: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
         if len(t):
             parts.append(t[["turn", "ttft_cached_ms", "hit_ratio"]].assign(run=name))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def turns_summary(run_dir: Path) -> dict[str, Any] | None:
+    """What summary.json holds for a sessions run: the per-turn and per-tier tables (None if no turns)."""
+    df = read_turns(run_dir)
+    if not len(df):
+        return None
+    records = _records(df)
+    return {"per_turn": per_turn(records), "per_tier": per_tier(records), "turns": len(records)}
+
+
+def tier_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the by-serving-tier table (turns after the first, cached phase)."""
+
+    def f(x: Any, spec: str) -> str:
+        return "-" if x is None or x != x else format(x, spec)
+
+    header = ["served from", "turns", "TTFT p50 ms", "context p50", "pause before p50 s"]
+    rows = [
+        [
+            t["tier"],
+            str(t["turns"]),
+            f(t["ttft_ms"], ",.1f"),
+            f(t["context_tokens"], ",.0f"),
+            f(t["since_prev_turn_s"], ".2f"),
+        ]
+        for t in summary.get("per_tier") or []
+    ]
+    return header, rows
+
+
+def compare_rows(names: Sequence[str], run_dirs: Sequence[Path]) -> tuple[list[str], list[list[str]]]:
+    """Per-turn cached TTFT and hit ratio of several sessions runs, side by side (first = reference)."""
+    frames = [(n, read_turns(Path(d))) for n, d in zip(names, run_dirs, strict=True)]
+    both = compare_turns(frames)
+    if not len(both):
+        return [], []
+    ref = both[both["run"] == names[0]].set_index("turn")["ttft_cached_ms"]
+    header = ["run", "turn", "TTFT cached p50 ms", f"vs {names[0]}", "hit ratio"]
+    rows = []
+    for r in both.to_dict("records"):
+        base = ref.get(r["turn"])
+        ratio = r["ttft_cached_ms"] / base if base and r["ttft_cached_ms"] == r["ttft_cached_ms"] else None
+        rows.append(
+            [
+                str(r["run"]),
+                str(r["turn"]),
+                "-" if r["ttft_cached_ms"] != r["ttft_cached_ms"] else f"{r['ttft_cached_ms']:,.1f}",
+                "-" if ratio is None else f"{ratio:.2f}x",
+                "-"
+                if r["hit_ratio"] is None or r["hit_ratio"] != r["hit_ratio"]
+                else f"{r['hit_ratio']:.1%}",
+            ]
+        )
+    return header, rows
+
+
+def plot_compare_ttft(ax: Axes, frames: Sequence[tuple[str, pd.DataFrame]]) -> None:
+    """Median cached TTFT by turn, one line per run."""
+    for name, df in frames:
+        t = turn_table(df)
+        if len(t):
+            ax.plot(t["turn"], t["ttft_cached_ms"], marker="o", label=name)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("TTFT cached p50 (ms)")
+    ax.set_title("Sessions: cached TTFT by turn, all runs")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
