@@ -147,13 +147,13 @@ def turn_table_lines(table: list[dict[str, Any]]) -> list[str]:
     """The per-turn table as fixed-width console lines."""
     lines = [
         f"{'turn':>4} {'users':>5} {'context':>8} {'TTFT cached ms':>14} {'baseline ms':>11} "
-        f"{'speedup':>7} {'hit':>6} {'tier':>5}"
+        f"{'speedup':>7} {'hit':>6}  {'tier'}"
     ]
     for t in table:
         lines.append(
             f"{t['turn']:>4} {t['users']:>5} {_fmt(t['context_tokens'], ',.0f'):>8} "
             f"{_fmt(t['ttft_cached_ms'], ',.1f'):>14} {_fmt(t['ttft_baseline_ms'], ',.1f'):>11} "
-            f"{_fmt(t['speedup'], '.1f'):>7} {_fmt(t['hit_ratio'], '.1%'):>6} {t['tier'] or '-':>5}"
+            f"{_fmt(t['speedup'], '.1f'):>7} {_fmt(t['hit_ratio'], '.1%'):>6}  {t['tier'] or '-'}"
         )
     return lines
 
