@@ -60,7 +60,11 @@ class TurnRow(BaseModel):
     tokens_by_tier: dict[str, float] = Field(
         default_factory=dict, description="Cached tokens by tier (or source) for this turn."
     )
-    tier_source: TierSource = Field(description="How the tier is known (see the module docstring).")
+    tier_source: TierSource = Field(
+        description="How the tier is known: mock_ground_truth (exact), counters (the engine's per-tier "
+        "counter around a turn alone on the server), overlapped (other turns ran meanwhile: not split), "
+        "unavailable (no per-tier counter)."
+    )
     think_s: float = Field(description="Planned pause before this turn, s (0 on turn 0).")
     since_prev_turn_s: float | None = Field(
         description="From the end of this user's previous answer to this request's send, s."

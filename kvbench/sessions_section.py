@@ -14,9 +14,25 @@
       baseline: false            # --baseline: replay every turn with a fresh salt (no reuse)
 
 The answer length is `output.max_tokens` (with ignore_eos, every answer has exactly that many
-tokens on servers that honour it). Why these knobs: they are the union of what the multi-turn
-anchors offer (LMCache's multi-round QA, vLLM's and SGLang's multi-turn benchmarks, AIPerf's
-multi-turn mode); docs/sessions.md in the report says which anchor has which.
+tokens on servers that honour it). The knobs are the union of what the multi-turn anchors offer:
+
+- LMCache multi-round QA: users (--num-users), fixed turns (--num-rounds), shared system prompt
+  (--shared-system-prompt), first message (--user-history-prompt), answer length (--answer-len),
+  open loop and pacing through --qps.
+- vLLM benchmarks/multi_turn: users (num_conversations), turns as a distribution (num_turns),
+  shared prefix (common_prefix_num_tokens), first message (prefix_num_tokens), tokens per turn
+  and answer length as distributions, closed loop (--num-clients, --max-active-conversations),
+  open loop (--request-rate, Poisson per client).
+- AIPerf multi-turn: users (--conversation-num), turns (--conversation-turn-mean/stddev), think
+  time (--conversation-turn-delay-mean/stddev), shared system prompt
+  (--shared-system-prompt-length), input and output tokens (means), --concurrency or
+  --request-rate.
+- SGLang bench_multiturn: users (--num-clients), turns (--num-rounds), first message
+  (--request-length), tokens per turn (--sub-question-input-length), answer (--output-length),
+  closed loop (--max-parallel), open loop (--request-rate, --distribution).
+From the flags read (briefly, in their docs and code), none of them resets and verifies a cold
+cache, attributes a turn to the tier that served it, or replays the same turns with nothing
+reusable; this test does all three.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,37 @@ async def test_open_loop_caps_users_in_flight_and_context(tmp_path):
     assert max(t["turn"] for t in turns) < 5  # the cap stopped every user early
     entry = manifest["phases"][0]
     assert entry["stopped_at_context_cap"] == 10 and entry["max_in_flight"] <= 3
+
+
+async def test_report_and_compare_on_two_sessions_runs(tmp_path):
+    """The report of a sessions run has its per-turn section and four plots; compare takes two runs."""
+    from kvbench.report.render import compare_runs, write_report
+
+    small = _knobs(
+        users=3,
+        turns=3,
+        system_prompt_tokens=100,
+        first_message_tokens=400,
+        turn_tokens=100,
+        think_time={"distribution": "fixed", "mean_s": 0.0},
+        baseline=True,
+    )
+    runs = []
+    for seed in (0, 1):
+        outcome, _, _ = await run(
+            tmp_path / f"r{seed}", **small, **{"sessions.seed": seed, "output.max_tokens": 8}
+        )
+        assert outcome.exit_code == 0
+        write_report(outcome.run_dir, quiet=True)
+        summary = json.loads((outcome.run_dir / "summary.json").read_text())
+        assert [t["turn"] for t in summary["sessions"]["per_turn"]] == [0, 1, 2]
+        assert summary["throughput"] is None  # pauses pace a sessions phase: no req/s ratio
+        md = (outcome.run_dir / "report.md").read_text()
+        assert "Sessions: per turn" in md and "served from" in md
+        for name in ("ttft_by_turn", "ttft_by_context", "hit_ratio", "tier_shares"):
+            assert (outcome.run_dir / f"sessions_{name}.png").stat().st_size > 1000
+        runs.append(outcome.run_dir)
+    html = compare_runs(runs, tmp_path / "cmp", quiet=True)
+    md = (html.parent / "compare.md").read_text()
+    assert "Sessions: cached TTFT per turn" in md
+    assert (html.parent / "compare_sessions_ttft.png").exists()

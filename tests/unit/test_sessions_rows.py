@@ -77,3 +77,12 @@ def test_turn_row_is_strict():
     assert TurnRow(**row).tier == "none"
     with pytest.raises(ValidationError):
         TurnRow(**row, extra_field=1)
+
+
+def test_results_readme_documents_every_turn_field():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "results" / "README.md").read_text()
+    section = readme[readme.index("## turns.jsonl") :]
+    for name in TurnRow.model_fields:
+        assert f"| `{name}` |" in section, name
