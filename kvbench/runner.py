@@ -137,8 +137,6 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             if hasattr(scn.load, "concurrency")
             else getattr(scn.load, "max_concurrency", 1)
         )
-        if scn.test == "sessions":
-            conc = max(conc, scn.sessions.max_active)
         session = await stack.enter_async_context(make_session(conc, scn.target.timeouts.connect_s))
         http = TargetHTTP(session, base_url, headers)
         model, version, max_len = await preflight(http, scn)
@@ -216,10 +214,6 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             rd.manifest["cold_start"] = await run.verify_cold_start()
             if scn.test == "ttft":
                 await run_ttft(run, prompts)
-            elif scn.test == "sessions":
-                from kvbench.sessions_plan import run_sessions
-
-                await run_sessions(run, prompts)
             else:
                 await run_throughput(run, prompts)
             status = "complete"

@@ -23,7 +23,6 @@ from pydantic import (
 )
 
 from kvbench.errors import ScenarioError
-from kvbench.sessions_section import SessionsKnobs
 
 MAX_SCENARIO_BYTES = 1_000_000
 
@@ -296,12 +295,7 @@ class Telemetry(Strict):
 class Scenario(Strict):
     name: str = Field(..., min_length=1, max_length=80, description="Short name, used in the run directory.")
     description: str = Field("", description="What this scenario reproduces.")
-    test: Literal["ttft", "throughput", "sessions"] = Field(
-        ..., description="Which published test this runs."
-    )
-    sessions: SessionsKnobs = Field(
-        default_factory=SessionsKnobs, description="The sessions test: multi-turn conversations."
-    )
+    test: Literal["ttft", "throughput"] = Field(..., description="Which published test this runs.")
     target: Target = Field(default_factory=Target, description="The server under test.")
     prompts: Prompts = Field(..., description="The prompt set.")
     load: Load = Field(default_factory=SequentialLoad, description="How requests are issued.")
