@@ -4,8 +4,10 @@ Modules: tokenizer (the mock's tokenizer and block keys), config (pydantic profi
 fault models), profiles (YAML profiles: list_profiles, load_profile), timing (the pure
 timing model, its fit and a closed-loop predictor), cache (tiered LRU prefix cache),
 engine (async shared resources), fabric (noise sink), metrics, faults, server
-(MockServer), spawn (spawned_mock), commands (`kvbench mock ...`).
+(MockServer), app (MockApp: state, routes, small endpoints), completions (request
+handling), responses (the one token loop, SSE and JSON writers), http (errors, JSON
+bodies), spawn (spawned_mock), commands (`kvbench mock ...`).
 
-Imports nothing from kvbench but kv_geometry and errors. Importing this package is
+Imports nothing from kvbench but model (KV geometry, prefill) and errors. Importing this package is
 cheap; aiohttp loads with kvbench.mock.server.
 """

@@ -79,7 +79,8 @@ def serve_command(
         bool,
         typer.Option(
             "--announce",
-            help='Print one JSON line {"base_url", "fabric_port", "profile", "pid"} once listening.',
+            help='Print one JSON line {"base_url", "fabric_port", "profile", "time_scale", "pid"} '
+            "once listening.",
         ),
     ] = False,
     exit_on_stdin_eof: Annotated[
@@ -161,6 +162,7 @@ async def _serve(
                 "base_url": server.base_url,
                 "fabric_port": fabric,
                 "profile": server.profile.name,
+                "time_scale": getattr(server.profile, "time_scale", None),
                 "pid": os.getpid(),
             }
             sys.stdout.write(json.dumps(line) + "\n")

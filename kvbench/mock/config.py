@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kvbench.kv_geometry import PRESETS
+from kvbench.model.kv_geometry import PRESETS
 
 TIER_NAMES = ("G1", "G2", "G3", "G4")
 
@@ -117,7 +117,7 @@ class TieredProfile(StrictModel):
     name: str = Field(description="Profile name.")
     description: str = Field(description="One line.")
     model_name: str = Field(description="Served model id (/v1/models) and the metrics' model_name label.")
-    geometry: str = Field(description="A kvbench.kv_geometry preset name.")
+    geometry: str = Field(description="A kvbench.model.kv_geometry preset name.")
     sliding_at_full: bool = Field(
         description="Whether sliding-window layers store KV for every token (true) or only the window."
     )

@@ -35,7 +35,7 @@ def fault_flags(faults: FaultConfig | dict[str, Any] | Sequence[str] | None) -> 
 
 
 class SpawnedMock:
-    """Handle of a spawned mock: base_url, fabric_address, profile_name, pid; restart(), stop()."""
+    """Handle of a spawned mock: base_url, fabric_address, profile_name, time_scale, pid; restart, stop."""
 
     def __init__(
         self,
@@ -54,6 +54,7 @@ class SpawnedMock:
         self.port: int | None = None
         self.fabric_address: tuple[str, int] | None = None
         self.profile_name = ""
+        self.time_scale: float | None = None  # the profile's, after --set overrides (None: fixed-delay)
         self.pid = 0
         self.process: asyncio.subprocess.Process | None = None
         self._stderr: IO[bytes] | None = None
@@ -94,6 +95,7 @@ class SpawnedMock:
         self.base_url = info["base_url"]
         self.port = int(self.base_url.rsplit(":", 1)[1])
         self.profile_name = info["profile"]
+        self.time_scale = info.get("time_scale")
         self.pid = int(info["pid"])
         if info.get("fabric_port") is not None:
             self.fabric_address = (self.host, int(info["fabric_port"]))

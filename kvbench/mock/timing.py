@@ -45,25 +45,28 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kvbench.kv_geometry import PRESETS, KVGeometry
 from kvbench.mock.config import TIER_NAMES, Calibration, TieredProfile
+from kvbench.model import prefill as _prefill
+from kvbench.model.kv_geometry import PRESETS, KVGeometry
 
 
 def prefill_seconds(n: int, c: int, a: float, b: float) -> float:
-    """GPU seconds to prefill tokens c..n-1 of an n-token prompt (see module docstring)."""
-    c = max(0, min(c, n))
-    return a * (n - c) + b * (float(n) * n - float(c) * c) / 2.0
+    """GPU seconds to prefill tokens c..n-1 of an n-token prompt (see module docstring).
+
+    The profile's b is the per-token attention slope; `kvbench.model.prefill` writes the same
+    cost as a*(n-c) + (b/2)*(n^2-c^2), the one convention shared with the audit.
+    """
+    return _prefill.prefill_time(n, c, a, b / 2.0)
 
 
 def fit_prefill(p1: tuple[int, float], p2: tuple[int, float]) -> tuple[float, float]:
     """(a, b) with prefill_seconds(n, 0, a, b) == T at both points (n, T)."""
     (n1, t1), (n2, t2) = p1, p2
-    # a*n + b*n^2/2 = t
-    det = n1 * (n2 * n2 / 2.0) - n2 * (n1 * n1 / 2.0)
-    if det == 0:
-        raise ValueError("calibration: the two uncached points must have different lengths")
-    a = (t1 * (n2 * n2 / 2.0) - t2 * (n1 * n1 / 2.0)) / det
-    b = (n1 * t2 - n2 * t1) / det
+    try:
+        a, c = _prefill.fit_prefill(n1, t1, n2, t2)
+    except ValueError:
+        raise ValueError("calibration: the two uncached points must have different lengths") from None
+    b = 2.0 * c
     if a < 0 or b < 0:
         raise ValueError(f"calibration: uncached points give negative coefficients (a={a}, b={b})")
     return a, b

@@ -1,22 +1,18 @@
-"""Published datasets kvbench compares against, shipped as YAML next to this file.
+"""Published datasets kvbench compares against, shipped as YAML next to this file. Data only.
 
     ibm-g4   the IBM Storage Scale G4 KV-cache results (Redbooks MD260021)
 
-`reference_path(name)` finds a dataset's file, `load_reference(name)` parses it
-into the validated `kvbench.report.claims.ClaimsFile` model, and
-`published_points(name)` gives the TTFT points a report overlays on its plots.
-The schema is documented in `kvbench.report.claims`.
+`available()` lists them and `reference_path(name)` finds a dataset's file; nothing here
+imports analysis code. Reading and validating a dataset is `kvbench.audit.load_reference`
+(schema: `kvbench/audit/__init__.py`); the `compare:` section (which measured quantity a run
+report sets next to which published figure) is read by `kvbench.report.published`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kvbench.errors import UsageError
-
-if TYPE_CHECKING:
-    from kvbench.report.claims import ClaimsFile
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = "ibm-g4"
@@ -29,36 +25,6 @@ def available() -> list[str]:
 
 def reference_path(name: str = DEFAULT) -> Path:
     path = HERE / f"{name}.yaml"
-    if not path.exists():
+    if not path.is_file():
         raise UsageError(f"reference: unknown dataset '{name}' (shipped: {', '.join(available())})")
     return path
-
-
-def load_reference(name: str = DEFAULT) -> ClaimsFile:
-    from kvbench.report.claims import load_claims
-
-    return load_claims(reference_path(name))
-
-
-def published_points(name: str = DEFAULT) -> dict[str, list[tuple[int, float]]]:
-    """Published TTFT points as {"cold": [(tokens, ttft_ms)], "warm": [...]}.
-
-    Read from figures named ``ttft_uncached_<N>k`` / ``ttft_cached_<N>k`` with a
-    published value (in seconds or milliseconds); unpublished ones are skipped.
-    """
-    from kvbench.report.quantities import convert, parse_unit
-
-    cf = load_reference(name)
-    out: dict[str, list[tuple[int, float]]] = {"cold": [], "warm": []}
-    ms = parse_unit("ms")
-    for fig in cf.figures:
-        if fig.value is None:
-            continue
-        for prefix, key in (("ttft_uncached_", "cold"), ("ttft_cached_", "warm")):
-            rest = fig.id.removeprefix(prefix)
-            if rest != fig.id and rest.endswith("k") and rest[:-1].isdigit():
-                tokens = int(rest[:-1]) * 1000
-                out[key].append((tokens, convert(fig.value, parse_unit(fig.unit), ms)))
-    for pts in out.values():
-        pts.sort()
-    return out

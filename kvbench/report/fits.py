@@ -3,10 +3,11 @@
     warm TTFT = fixed latency + KV bytes moved / effective bandwidth
     cold TTFT = c0 + a * n + c * n^2        (prefill, n = prompt tokens)
 
-The KV bytes of a prompt need the model's geometry: from the manifest's
-``target.mock_profile`` (a dict with ``geometry``: a preset name or KVGeometry
-fields), else the ``--geometry`` preset given by the user, else the target model
-name when it matches a preset; without one the warm fit is per token.
+The KV bytes of a prompt need the model's geometry: from the run's mock profile
+(``target.mock_profile`` names a shipped profile, whose ``geometry`` is a preset;
+older manifests may hold the profile itself), else the ``--geometry`` preset given
+by the user, else the target model name when it matches a preset; without one the
+warm fit is per token. The manifest is read through `report.manifest`.
 Values at lengths outside the measured range are marked as extrapolations.
 """
 
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvbench.kv_geometry import PRESETS, KVGeometry
+from kvbench.model.geometry import geometry_for_target
+from kvbench.model.kv_geometry import KVGeometry
+from kvbench.report.manifest import RunManifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,28 +28,17 @@ if TYPE_CHECKING:
 EXTRAPOLATE_TO = (30_000, 60_000, 130_000, 200_000)
 
 
-def geometry_for_run(manifest: dict[str, Any], preset: str | None = None) -> tuple[KVGeometry | None, str]:
-    """The run's KV geometry and where it came from (None, "tokens" when unknown)."""
-    target = manifest.get("target") or {}
-    profile = target.get("mock_profile")
-    if isinstance(profile, dict) and profile.get("geometry"):
-        geo = profile["geometry"]
-        if isinstance(geo, str) and geo in PRESETS:
-            return PRESETS[geo], f"manifest target.mock_profile.geometry ({geo})"
-        if isinstance(geo, dict):
-            try:
-                return KVGeometry(**{"name": "mock-profile", **geo}), "manifest target.mock_profile.geometry"
-            except TypeError:
-                pass
-    if preset:
-        from kvbench.report.sizing import resolve_geometry
+def geometry_for_run(
+    manifest: RunManifest | dict[str, Any], preset: str | None = None
+) -> tuple[KVGeometry | None, str]:
+    """The run's KV geometry and where it came from (None, "tokens" when unknown).
 
-        return resolve_geometry(preset), f"--geometry {preset}"
-    model = str(target.get("model") or "")
-    short = model.split("/")[-1].lower()
-    if short in PRESETS:
-        return PRESETS[short], f"preset matching target.model ({model})"
-    return None, "tokens (no geometry known)"
+    Reading the run (which mock profile, which model) is `report.manifest`'s job; turning that
+    into a geometry is `kvbench.model.geometry`'s.
+    """
+    run = manifest if isinstance(manifest, RunManifest) else RunManifest(manifest, Path("."))
+    spec, where = run.mock_profile_geometry()
+    return geometry_for_target(spec, where, preset, str(run.target.get("model") or ""))
 
 
 @dataclass
@@ -213,7 +206,9 @@ def fit_cold(df: pd.DataFrame, label: str = "cold", lengths: Sequence[int] = EXT
     return Fit("cold", formula, params, "prompt tokens", points, rmse, r2, (lo, hi), preds, notes, curve)
 
 
-def fit_run(df: pd.DataFrame, manifest: dict[str, Any], preset: str | None = None) -> dict[str, Any]:
+def fit_run(
+    df: pd.DataFrame, manifest: RunManifest | dict[str, Any], preset: str | None = None
+) -> dict[str, Any]:
     geo, source = geometry_for_run(manifest, preset)
     warm = fit_warm(df, geo)
     cold = fit_cold(df)

@@ -1,4 +1,4 @@
-"""Plots. Each `plot_*` draws on an Axes it is given; `save_run_plots` is the thin driver.
+"""Plots. Each `plot_*` draws on an Axes it is given; `run_plots.save_run_plots` decides which a run gets.
 
 matplotlib is imported inside functions and figures are built with
 `matplotlib.figure.Figure` (Agg canvas, no pyplot global state), so importing
@@ -54,8 +54,12 @@ def plot_ttft_vs_length(
     log: bool = False,
     series: str = "",
     fits: dict[str, Any] | None = None,
+    published_label: str = "published",
 ) -> None:
-    """Median TTFT per prompt length and label (error bars: p10-p90), published points as stars."""
+    """Median TTFT per prompt length and label (error bars: p10-p90), published points as stars.
+
+    `published_label` names the dataset (and the time scale the points were brought to).
+    """
     labels = sorted({r["label"] for r in rows})
     for i, label in enumerate(labels):
         pts = sorted((r for r in rows if r["label"] == label), key=lambda r: r["tokens"])
@@ -103,7 +107,7 @@ def plot_ttft_vs_length(
                     [p[0] / 1000 for p in ppts],
                     [p[1] / 1000 for p in ppts],
                     color=_color(label),
-                    label=f"published {label} (IBM G4)",
+                    label=f"{published_label}: {label}",
                     **PUBLISHED_STYLE,
                 )
     if log:
@@ -113,8 +117,10 @@ def plot_ttft_vs_length(
     ax.set_title("TTFT vs prompt length: cold (recomputed) and warm (from cache)")
     ax.grid(True, which="both", alpha=0.3)
     if labels or published:
-        # below the curves on a log axis, where the published points (top) are not
-        ax.legend(fontsize=8, loc="lower right" if log else "upper left")
+        if log:  # the fits add entries: below the axes, where they hide no point
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+        else:
+            ax.legend(fontsize=8, loc="upper left")
 
 
 def plot_speedup_vs_length(
@@ -122,6 +128,7 @@ def plot_speedup_vs_length(
     speedups: Sequence[dict[str, Any]],
     published: Sequence[tuple[int, float]] | None = None,
     series: str = "",
+    published_label: str = "published",
 ) -> None:
     """TTFT speedup (median cold / median warm) per length, with bootstrap 95% CI."""
     for i, label in enumerate(sorted({s["label"] for s in speedups})):
@@ -145,13 +152,15 @@ def plot_speedup_vs_length(
             [p[0] / 1000 for p in published],
             [p[1] for p in published],
             color="#f1c40f",
-            label="published (IBM G4)",
+            label=published_label,
             **PUBLISHED_STYLE,
         )
     ax.set_xlabel("prompt length (thousand tokens)")
     ax.set_ylabel("TTFT speedup (x)")
     ax.set_title("TTFT speedup vs prompt length (baseline: cold)")
-    ax.set_ylim(bottom=0)
+    tops = [s["speedup_ci"][1] if s["speedup_ci"] else s["speedup"] for s in speedups if s["speedup"]]
+    tops += [p[1] for p in published or []]
+    ax.set_ylim(0, max(tops, default=1.0) * 1.12)  # room for a star or CI at the top
     ax.grid(True, alpha=0.3)
     if speedups or published:
         ax.legend(fontsize=8)
@@ -294,75 +303,6 @@ def plot_bars(
     ax.grid(True, axis="y", alpha=0.3)
 
 
-# --------------------------------------------------------------------------- driver
-
-
-def _save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     return path
-
-
-def save_run_plots(
-    run_dir: Path,
-    df: pd.DataFrame,
-    summary: dict[str, Any],
-    noise_rows: list[dict[str, Any]] | None = None,
-    published: dict[str, list[tuple[int, float]]] | None = None,
-) -> list[Path]:
-    """Write the PNGs that apply to this run; returns their paths."""
-    from kvbench.report import stats
-
-    out: list[Path] = []
-    length_rows = [
-        r for r in summary.get("ttft_by_length") or [] if r["label"] in ("cold", "warm", "evicted-warm")
-    ]
-    if len({r["tokens"] for r in length_rows}) >= 2 or any(r["label"] == "cold" for r in length_rows):
-        fig, (ax1, ax2) = new_figure(2, width=6.5)
-        fits = summary.get("fits") or {}
-        plot_ttft_vs_length(ax1, length_rows, published=published, log=False)
-        plot_ttft_vs_length(
-            ax2,
-            length_rows,
-            published=published,
-            log=True,
-            fits={"cold": fits.get("cold"), "warm": fits.get("warm")},
-        )
-        ax2.set_title("same, log scale, with model fits")
-        out.append(_save(fig, run_dir / "ttft_vs_length.png"))
-    speedups = summary.get("ttft_speedups") or []
-    if speedups:
-        fig, (ax,) = new_figure()
-        pub = None
-        if published and published.get("cold") and published.get("warm"):
-            warm = dict(published["warm"])
-            pub = [(n, c / warm[n]) for n, c in published["cold"] if n in warm]
-        plot_speedup_vs_length(ax, speedups, published=pub)
-        out.append(_save(fig, run_dir / "speedup_vs_length.png"))
-    df = stats.normalise(df)
-    tl = stats.timeline(df, bin_s=None)
-    if not tl.empty:
-        fig, (ax,) = new_figure(width=9)
-        plot_throughput_timeline(ax, tl, "Throughput over time (cold-cache fill shows as a slow start)")
-        out.append(_save(fig, run_dir / "throughput_timeline.png"))
-    quiet = df[df["label"] == "quiet"]
-    noisy = df[df["label"] == "noisy"]
-    if not quiet.empty and not noisy.empty:
-        span = max(stats._span_s(quiet) or 1.0, stats._span_s(noisy) or 1.0)
-        width = stats.auto_bin(span, 15)
-        tq, tn = stats.timeline(quiet, width), stats.timeline(noisy, width)
-        nd = stats.noise_rate(noise_rows or [])
-        if not nd.empty:
-            t0 = float(noisy["sent_ns"].min()) / 1e9
-            nd = nd.assign(t_s=nd["t_s"] - t0)
-        ymax = max(float(tq["completions_per_s"].max()), float(tn["completions_per_s"].max())) * 1.15
-        fig, (a1, a2) = new_figure(2, width=6)
-        q = summary.get("noise") or {}
-        rq, rn = q.get("quiet_requests_per_s"), q.get("noisy_requests_per_s")
-        plot_phase_with_noise(a1, tq, None, f"quiet: {rq:.2f} req/s" if rq else "quiet", ymax)
-        gbps = (q.get("noise_mean_bytes_per_s") or 0) / 1e9
-        title = (f"noisy: {rn:.2f} req/s" if rn else "noisy") + (
-            f", noise {gbps:.2f} GB/s mean" if gbps else ""
-        )
-        plot_phase_with_noise(a2, tn, nd, title, ymax)
-        out.append(_save(fig, run_dir / "quiet_vs_noisy.png"))
-    return out

@@ -88,24 +88,31 @@ def test_interrupt_keeps_every_finished_request(tmp_path, sig):
 
 
 def test_interrupt_during_noise_stops_the_senders(tmp_path):
-    proc = kvbench(*LONG_RUN, "--noisy", "--output-dir", str(tmp_path))
+    # its own session: the senders it starts are told apart from other kvbench runs on this machine
+    proc = kvbench(*LONG_RUN, "--noisy", "--output-dir", str(tmp_path), start_new_session=True)
     run_dir = wait_rows(tmp_path, 402)  # the quiet phase is done: the noisy one is running
     time.sleep(0.5)
-    assert any("kvbench.noise" in c for c in _cmdlines())
+    assert any("kvbench.noise" in c for c in _cmdlines(session=proc.pid))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     time.sleep(0.5)
-    assert not any("kvbench.noise" in c or ("kvbench.mock" in c and str(tmp_path) in c) for c in _cmdlines())
+    assert not any("kvbench.noise" in c for c in _cmdlines(session=proc.pid))
+    assert not any("kvbench.mock" in c and str(tmp_path) in c for c in _cmdlines())
     assert read_manifest(run_dir)["status"] == "interrupted"
     assert (run_dir / "noise.jsonl").stat().st_size > 0
 
 
-def _cmdlines():
+def _cmdlines(session=None):
+    """Command lines of the processes on this machine (of one session only, if given)."""
     out = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             with contextlib.suppress(OSError):
+                if session is not None:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                    if int(stat.rsplit(")", 1)[1].split()[3]) != session:
+                        continue
                 out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
     return out
 

@@ -89,3 +89,16 @@ def test_cli_profiles_and_bad_fault():
     assert "unknown fault 'nope'" in result.exception.message
     result = runner.invoke(app, ["mock", "serve", "--help"])
     assert result.exit_code == 0 and "--fabric-port" in result.output
+
+
+def test_override_profile_is_public_and_validates():
+    from kvbench.mock.profiles import override_profile
+
+    base = load_profile("ci")
+    assert override_profile(base, None) is base
+    faster = override_profile(base, {"time_scale": 0.5})
+    assert faster.time_scale == 0.5 and base.time_scale != 0.5  # a copy: the model is frozen data
+    with pytest.raises(UsageError, match="is not a section"):
+        override_profile(base, {"time_scale.x": 1})
+    with pytest.raises(UsageError, match="time_scale"):
+        override_profile(base, {"time_scale": -1})

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbench import noise
 from kvbench.errors import UsageError
-from kvbench.noise import NoiseHandle, format_rate, noise_generator, parse_bitrate, split_host_port
+from kvbench.noise import NoiseHandle, format_rate, noise_generator, parse_bitrate, process, split_host_port
 from kvbench.results import JsonlWriter, read_jsonl
 from kvbench.scenario import FioNoise, Iperf3Noise, NoNoise, TcpNoise
 
@@ -42,7 +41,7 @@ def test_default_targets_are_used_when_none_configured() -> None:
 
 
 def test_missing_programs_name_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(noise.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(process.shutil, "which", lambda _name: None)
     with pytest.raises(UsageError) as exc:
         noise_generator(Iperf3Noise(servers=["127.0.0.1"]), phase="p", writer=None, origin_ns=0)
     assert exc.value.message == (
@@ -53,7 +52,7 @@ def test_missing_programs_name_the_package(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_fio_path_checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(noise.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(process.shutil, "which", lambda name: f"/usr/bin/{name}")
     with pytest.raises(UsageError, match="does not exist"):
         noise_generator(FioNoise(path=str(tmp_path / "nope")), phase="p", writer=None, origin_ns=0)
     victim = tmp_path / "data.bin"
@@ -70,7 +69,7 @@ def test_fio_path_checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 
 def test_iperf3_command_and_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(noise.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(process.shutil, "which", lambda name: f"/usr/bin/{name}")
     cfg = Iperf3Noise(servers=["10.0.0.1", "10.0.0.2:5202"], parallel=4, bitrate="1G", max_duration_s=60)
     gen = noise_generator(cfg, phase="p", writer=None, origin_ns=0)
     assert gen.command("10.0.0.2", 5202) == [  # type: ignore[attr-defined]
@@ -146,7 +145,8 @@ def test_summary_target_reached_at_ninety_percent() -> None:
 
 
 def test_noise_commands_import_is_cheap() -> None:
-    code = "import sys, kvbench.noise_commands as m; bad = {'kvbench.noise', 'kvbench.scenario', 'pydantic'}"
+    code = "import sys, kvbench.noise.commands as m; bad = {'kvbench.noise.tcp', 'kvbench.noise.handle', "
+    code += "'kvbench.noise.backend', 'kvbench.scenario', 'pydantic'}"
     code += "; print(sorted(bad & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

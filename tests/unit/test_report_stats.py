@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvbench.kv_geometry import GPT_OSS_120B
-from kvbench.report import fits, stats
+from kvbench.model.kv_geometry import GPT_OSS_120B
+from kvbench.report import fits, stats, timeline
 from kvbench.results import load_run, read_manifest
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "fixture_runs"
@@ -106,11 +106,11 @@ def test_throughput_and_noise_show_both_readings():
 
 def test_timeline_counts_every_completion():
     df = load_run(THROUGHPUT)
-    tl = stats.timeline(df, bin_s=1.0)
+    tl = timeline.timeline(df, bin_s=1.0)
     assert tl["completions_per_s"].sum() == (df["status"] == "ok").sum()
     assert tl["errors_per_s"].sum() == 1
     assert tl["in_flight"].max() <= 8.0 + 1e-9
-    assert stats.timeline(df.iloc[0:0]).empty
+    assert timeline.timeline(df.iloc[0:0]).empty
 
 
 def test_fits_recover_known_parameters():

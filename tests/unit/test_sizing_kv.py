@@ -9,9 +9,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from kvbench.audit.commands import register
 from kvbench.errors import UsageError
-from kvbench.kv_geometry import GPT_OSS_120B
-from kvbench.report.commands import register
+from kvbench.model.kv_geometry import GPT_OSS_120B
 from kvbench.report.sizing import (
     geometry_from_config,
     parse_size,
@@ -62,7 +62,10 @@ def test_config_errors():
 def test_sizing_table_working_set():
     t = sizing_table(GPT_OSS_120B, tokens=24_000_000, capacities={"G4": parse_size("825GiB")})
     ws = t["working_set"]
-    assert ws["bytes"]["full_layers_only"] / 2**30 == pytest.approx(823.97, abs=0.01)
+    # 24M tokens need at least 184 sequences of the 131,072-token context, each holding its windows
+    assert ws["sequences_at_least"] == 184
+    window = 184 * GPT_OSS_120B.window_bytes_per_sequence
+    assert ws["bytes"]["full_layers_only"] == pytest.approx(24e6 * 36_864 + window)
     assert ws["tiers"][0]["fits_full_layers_only"] is True
     assert ws["tiers"][0]["fits_sliding_at_full_size"] is False
     p130 = next(p for p in t["prompts"] if p["tokens"] == 130_000)
@@ -84,7 +87,48 @@ def test_cli_sizing():
         app, ["sizing", "gpt-oss-120b", "--tokens", "24000000", "--capacity", "G4=825GB"]
     )
     assert res.exit_code == 0, res.output
-    for needle in ("36,864 B", "73,728 B", "823.97 GiB", "884.74 GB", "130,000 tokens", "does NOT fit"):
+    for needle in ("36,864 B", "73,728 B", "824.78 GiB", "885.60 GB", "130,000 tokens", "does NOT fit"):
         assert needle in res.output
     res = CliRunner().invoke(app, ["sizing", str(CONFIGS / "tiny-gemma"), "--json"])
     assert res.exit_code == 0 and '"bytes_per_token"' in res.output
+
+
+def test_explicit_path_beats_a_preset_of_the_same_name(monkeypatch):
+    # tests/data/hf_configs/llama-3.1-8b is a 4-layer fp32 config, not the preset
+    geo = resolve_geometry(CONFIGS / "llama-3.1-8b")
+    assert (geo.num_layers, geo.kv_dtype_bytes) == (4, 4.0)
+    monkeypatch.chdir(CONFIGS)
+    assert resolve_geometry("llama-3.1-8b").num_layers == 4  # on disk here: the folder wins
+    assert resolve_geometry("openai/gpt-oss-120b").num_layers == 36  # not on disk: the preset
+
+
+def test_gemma2_alternates_sliding_and_global_layers():
+    geo = resolve_geometry(CONFIGS / "tiny-gemma2")
+    assert (geo.num_sliding_layers, geo.num_full_layers) == (3, 3)
+    assert geo.bytes_per_token() == 3 * 2 * 4 * 64 * 2
+
+
+def test_sliding_only_model_has_a_working_set():
+    geo = resolve_geometry(CONFIGS / "tiny-mistral")
+    assert geo.num_full_layers == 0 and geo.bytes_per_token() == 0
+    ws = sizing_table(geo, tokens=1_000_000)["working_set"]
+    # 1M tokens need >= 31 sequences of 32,768 tokens, each holding 4 layers x 1,024-token windows
+    assert ws["bytes"]["full_layers_only"] == pytest.approx(31 * geo.window_bytes_per_sequence)
+    assert ws["bytes"]["full_layers_only"] > 0
+
+
+@pytest.mark.parametrize("bad", ["-5", "0", "nan", "inf", "lots"])
+def test_tokens_must_be_positive(bad):
+    with pytest.raises(UsageError, match="tokens"):
+        parse_tokens(bad)
+    app = typer.Typer()
+    register(app)
+    res = CliRunner().invoke(app, ["sizing", "gpt-oss-120b", "--tokens", bad])
+    assert isinstance(res.exception, UsageError)
+
+
+def test_lengths_must_be_positive():
+    app = typer.Typer()
+    register(app)
+    res = CliRunner().invoke(app, ["sizing", "gpt-oss-120b", "--length", "-5"])
+    assert isinstance(res.exception, UsageError) and "--length" in str(res.exception)

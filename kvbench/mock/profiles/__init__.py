@@ -55,6 +55,21 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """`data` (a profile as a dict) with dotted-key overrides set in place, e.g.
+    {"time_scale": 0.01, "tiers.G4.enabled": False}; a key through a non-section is a UsageError."""
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    return data
+
+
+def override_profile(profile: Any, overrides: dict[str, Any] | None) -> Any:
+    """A validated copy of a profile model with `overrides` applied (the model itself if none)."""
+    if not overrides:
+        return profile
+    return validate_profile(apply_overrides(profile.model_dump(), overrides))
+
+
 def validate_profile(data: dict[str, Any], source: str = "profile") -> Any:
     try:
         return _ADAPTER.validate_python(data)
@@ -71,10 +86,7 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> Any:
 
     `overrides` maps dotted keys to values, e.g. {"time_scale": 0.01, "tiers.G4.enabled": False}.
     """
-    data = _raw(name)
-    for key, value in (overrides or {}).items():
-        _set_dotted(data, key, value)
-    return validate_profile(data, f"profile {name}")
+    return validate_profile(apply_overrides(_raw(name), overrides), f"profile {name}")
 
 
 def list_profiles() -> list[tuple[str, str]]:

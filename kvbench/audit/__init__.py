@@ -1,0 +1,185 @@
+"""Audit published figures and claims: recompute each one from the data it cites.
+
+`kvbench audit [CLAIMS.yaml]` reads a claims file (default: the shipped
+``kvbench/reference/ibm-g4.yaml``), recomputes every claim and prints a ledger: a
+verdict table (one line per claim, sizing check and bound), then each finding in
+detail, the figures (published, derived, from the model, implied) and every
+assumption made on the way.
+
+Modules: schema (the file), checks (references, units, cycles), units, quantities
+(printed ranges), expr (the expression language), figures (values and provenance),
+claims (one claim), readings (alternative readings), sizing, bounds/ (one module per
+kind, a registry), ledger (results), text (the ledger as text), commands (CLI).
+
+Claims file schema (YAML, `schema: kvbench-claims/1`)
+-----------------------------------------------------
+::
+
+    schema: kvbench-claims/1
+    name: my-paper                       # short name
+    title: "..."                         # optional
+    sources: {paper: {title: "...", date: "..."}}      # optional, for `source:`
+    model: {geometry: gpt-oss-120b}      # optional: a kvbench preset, a config.json
+                                         # path (relative to this file), or inline
+                                         # KVGeometry fields
+    units: [widgets]                     # optional: extra counted things (own dimension)
+    compare: [...]                       # optional: rows for run reports (kvbench report)
+    figures:                             # the numbers
+      - id: rate_cached                  # [A-Za-z_][A-Za-z0-9_]*
+        value: 4.26                      # as printed; null = not published (unknown)
+        unit: req/s                      # s, ms, GB, GiB, GB/s, tokens, req/s, B/token, x, % ...
+                                         # (the closed table in units.py; others are errors)
+        decimals: 2                      # decimals as printed (-6 for "24 million");
+                                         # the figure stands for [4.255, 4.265);
+                                         # default: as the value is written (4.26 -> 2)
+        source: paper                    # optional
+        description: "..."               # optional
+        test: throughput                 # optional tag(s) grouping related figures
+      - id: per_request                  # a derived figure: kvbench's arithmetic
+        expr: "tokens_total / requests_total"
+        unit: tokens/request
+      - id: kv_per_token                 # from the model's geometry
+        from_model: bytes_per_token_full_only   # | bytes_per_token_all_layers | context_length
+        unit: B/token
+    claims:                              # statements to check
+      - id: noisy-reduction
+        expr: "percent_drop(rate_cached, rate_noisy)"
+        stated: 18                       # the value as printed
+        unit: "%"
+        decimals: 0                      # "18%" means [17.5, 18.5); default: as written
+        description: "..."
+        assumptions: ["..."]             # optional, printed in the ledger
+    sizing:                              # optional: do tokens, prompts and bytes fit the model?
+      - {id: ws, tokens: tokens_total, requests: requests_total,
+         prompts: prompts_distinct, bytes: kv_data_total}
+    bounds:                              # optional: model-based limits
+      - {id: reuse, kind: cold_reuse, requests: requests_total,
+         prompts: prompts_distinct, claim: throughput-speedup}
+      - {id: scaling, kind: prefill_scaling,        # uncached TTFT at two lengths
+         short_tokens: n_short, short_time: ttft_short, long_tokens: n_long, long_time: ttft_long}
+      - id: gpu-time                     # serial_prefill: a recompute run's GPU time from
+        kind: serial_prefill             # t(n) = a*n + c*n^2 fitted to the two TTFT points
+        short_tokens: n_short            # (same four fields as prefill_scaling)
+        short_time: ttft_short
+        long_tokens: n_long
+        long_time: ttft_long
+        tokens: tokens_total             # mean length = tokens / requests
+        requests: requests_total
+        total: total_baseline            # the published total the GPU time is held against
+        prompts: prompts_distinct        # optional: the cold_reuse f that would reconcile it
+        claim: throughput-speedup        # optional: speedup the reconciliation is compared with
+        gpus: gpus_used                  # optional (default 1); gpus_available: optional
+        cold_total: total_cached         # optional: a cold-cache run computing each prompt once
+      - id: noise                        # bandwidth_headroom: competing traffic + the run's
+        kind: bandwidth_headroom         # own rate against each bandwidth, with headroom
+        noise: noise_bandwidth
+        noise_sources: noise_clients     # optional
+        demand: [kv_read_rate]           # rate figures; and/or sizing + duration: the
+        sizing: ws                       # fitting readings of a sizing check / duration
+        duration: total_cached
+        rate_before: rate_cached         # optional pair: throughput without / with the noise
+        rate_after: rate_noisy
+        capacities:                      # noise: does the competing traffic cross it?
+          - {figure: storage_read_bw, noise: true}
+          - {figure: client_net_bw, noise: false}
+
+Expressions use figure ids, numbers, ``+ - * / **`` and the functions
+ratio(a, b), quotient(a, b), difference(a, b), sum(...), product(...),
+percent_change(old, new), percent_increase(old, new), percent_drop(old, new),
+percent_of(part, whole), reciprocal(a), abs(a). The percent_* functions return
+fractions (0.155); a claim whose unit is "%" shows them as 15.5%. Values are
+computed in base units (s, B, counts), so "GB" and "B/token" figures mix freely.
+
+Units are checked as dimensions: adding s to GB, or claiming a req/s expression in GB, is a
+file error (exit 2) naming the claim and the units.
+
+Verdicts: ``consistent`` when the recomputed value rounds to the stated one (or
+can, given the rounding of the figures it uses: said so in a note);
+``discrepancy`` otherwise; ``unverifiable`` when a claim needs a figure that was
+not published, or rests on one that another claim only implies (the value it
+would need is solved for and shown). Bounds and sizing checks end in ``finding``
+or ``ok``; ``kvbench audit --strict`` exits 1 on any discrepancy or finding.
+
+For a discrepancy, alternative readings are searched generically over the
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvbench.audit.ledger import Ledger
+    from kvbench.audit.schema import ClaimsFile
+
+# Imported on first use, so that `kvbench --help` (which registers audit/commands.py) loads
+# neither pydantic nor yaml.
+_LAZY = {
+    "ClaimResult": "kvbench.audit.ledger",
+    "FigureValue": "kvbench.audit.ledger",
+    "Ledger": "kvbench.audit.ledger",
+    "Reading": "kvbench.audit.ledger",
+    "ClaimsFile": "kvbench.audit.schema",
+    "load_claims": "kvbench.audit.schema",
+    "load_reference": "kvbench.audit.schema",
+    "parse_claims": "kvbench.audit.schema",
+    "format_ledger": "kvbench.audit.text",
+}
+
+__all__ = [*_LAZY, "audit", "audit_file"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kvbench.audit' has no attribute {name!r}")
+
+
+def audit(cf: ClaimsFile) -> Ledger:
+    """Recompute every figure, claim, sizing check and bound of a claims file.
+
+    A problem found only while computing (a division by zero, an overflow, a zero count in a
+    bound) is a UsageError that names the file, like the problems found when reading it.
+    """
+    from kvbench.errors import UsageError
+
+    try:
+        return _audit(cf)
+    except UsageError as exc:
+        prefix = f"{cf.source}: "
+        raise UsageError(exc.message if exc.message.startswith(prefix) else prefix + exc.message) from None
+
+
+def _audit(cf: ClaimsFile) -> Ledger:
+    from kvbench.audit.bounds import BOUND_KINDS, Context
+    from kvbench.audit.claims import check_claim
+    from kvbench.audit.figures import Figures
+    from kvbench.audit.ledger import GENERAL_ASSUMPTIONS, Ledger
+    from kvbench.audit.sizing import sizing_check
+
+    figs = Figures(cf)
+    figs.solve_unknowns()
+    claims = [check_claim(figs, c) for c in cf.claims]
+    sizing = [sizing_check(figs, s) for s in cf.sizing]
+    ctx = Context(figs, claims, sizing)
+    bounds = [BOUND_KINDS[b.kind].compute(ctx, b) for b in cf.bounds]
+    assumptions = list(GENERAL_ASSUMPTIONS)
+    for f in cf.figures:
+        if f.kind == "published" and ("taken to be" in f.description or "assumes" in f.description):
+            assumptions.append(f"{f.id}: {f.description}")
+    return Ledger(
+        name=cf.name,
+        title=cf.title,
+        figures=list(figs.values.values()),
+        claims=claims,
+        sizing=sizing,
+        bounds=bounds,
+        assumptions=assumptions,
+    )
+
+
+def audit_file(path: Path | str | None = None) -> Ledger:
+    from kvbench.audit.schema import load_claims
+
+    return audit(load_claims(path))

@@ -1,0 +1,151 @@
+"""Printed numbers: the range a printed figure stands for, and numbers printed back.
+
+A published figure such as "3.6 requests/s" is not a point: printed with one decimal it
+stands for any value in [3.55, 3.65). `Interval` carries that range through arithmetic
+(corner evaluation, exact for the monotone operations claims use). `written_decimals`
+reads the decimals from how a number is written (0.25 -> 2), the documented default when a
+claims file gives no `decimals`. Units are in `units.py`, expressions in `expr.py`.
+
+Pure code: no I/O, no pandas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import product as _cartesian
+
+# --------------------------------------------------------------------------- intervals
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A value `mid` known to lie in [lo, hi] (from printed rounding)."""
+
+    lo: float
+    mid: float
+    hi: float
+
+    @classmethod
+    def exact(cls, value: float) -> Interval:
+        return cls(value, value, value)
+
+    @property
+    def finite(self) -> bool:
+        return all(math.isfinite(x) for x in (self.lo, self.mid, self.hi))
+
+    @classmethod
+    def printed(cls, value: float, decimals: int | None) -> Interval:
+        """The range a number printed with `decimals` decimals stands for (negative: tens, ...)."""
+        if decimals is None:
+            return cls.exact(value)
+        half = 0.5 * 10.0 ** (-decimals)
+        return cls(value - half, value, value + half)
+
+    def _combine(self, other: Interval, op: Callable[[float, float], float]) -> Interval:
+        corners = [op(a, b) for a, b in _cartesian((self.lo, self.hi), (other.lo, other.hi))]
+        return Interval(min(corners), op(self.mid, other.mid), max(corners))
+
+    def __add__(self, other: Interval) -> Interval:
+        return Interval(self.lo + other.lo, self.mid + other.mid, self.hi + other.hi)
+
+    def __sub__(self, other: Interval) -> Interval:
+        return Interval(self.lo - other.hi, self.mid - other.mid, self.hi - other.lo)
+
+    def __mul__(self, other: Interval) -> Interval:
+        return self._combine(other, lambda a, b: a * b)
+
+    def __truediv__(self, other: Interval) -> Interval:
+        if other.mid == 0:
+            raise ZeroDivisionError("division by zero")
+        if other.lo <= 0 <= other.hi:
+            # the divisor's printed range straddles zero: the quotient is unbounded, and an
+            # unbounded range would let any stated value pass; compare the printed values only
+            return Interval.exact(self.mid / other.mid)
+        return self._combine(other, lambda a, b: a / b)
+
+    def __pow__(self, other: Interval) -> Interval:
+        def power(a: float, b: float) -> float:
+            r = a**b
+            if isinstance(r, complex):
+                raise ValueError(f"({a:g}) ** {b:g} has no real value")
+            return r
+
+        return self._combine(other, power)
+
+    def __neg__(self) -> Interval:
+        return Interval(-self.hi, -self.mid, -self.lo)
+
+    def scale(self, k: float) -> Interval:
+        return self * Interval.exact(k)
+
+    def abs(self) -> Interval:
+        if self.lo >= 0:
+            return self
+        if self.hi <= 0:
+            return -self
+        return Interval(0.0, abs(self.mid), max(-self.lo, self.hi))
+
+    def overlaps(self, other: Interval) -> bool:
+        return (self.lo < other.hi and other.lo < self.hi) or self.lo == other.lo
+
+    def contains(self, x: float) -> bool:
+        return self.lo <= x < self.hi or (self.lo == self.hi == x)
+
+
+def stated_range(value: float, decimals: int | None) -> tuple[float, float]:
+    iv = Interval.printed(value, decimals)
+    return iv.lo, iv.hi
+
+
+def rounds_to(x: float, lo: float, hi: float) -> bool:
+    eps = 1e-9 * max(1.0, abs(x))
+    return lo - eps <= x < hi - eps or (lo == hi and abs(x - lo) <= eps)
+
+
+def match(iv: Interval, lo: float, hi: float) -> str | None:
+    """ "exact", "within input rounding" or None."""
+    if rounds_to(iv.mid, lo, hi):
+        return "exact"
+    if lo == hi:
+        return "within input rounding" if iv.lo <= lo <= iv.hi else None
+    if iv.lo < hi and lo < iv.hi:
+        return "within input rounding"
+    return None
+
+
+def fmt_num(value: float, decimals: int | None = None, sig: int = 4) -> str:
+    """Format like a human would print it: thousands separators, sensible decimals."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if decimals is not None:
+        d = max(decimals, 0)
+        return f"{value:,.{d}f}"
+    mag = abs(value)
+    if mag == 0:
+        return "0"
+    if float(value).is_integer() and mag < 1e15:
+        return f"{int(value):,}"
+    if mag >= 10**sig:
+        return f"{value:,.0f}"
+    digits = max(0, sig - 1 - math.floor(math.log10(mag)))
+    return f"{value:,.{digits}f}"
+
+
+def written_decimals(text: str) -> int:
+    """Decimals a number is written with: "0.25" -> 2, "18" -> 0, "1.5e3" -> -2, "2.5e-3" -> 4.
+
+    A number written without a fraction counts as exact to the unit (24000000 -> 0): write
+    `decimals: -6` for "24 million".
+    """
+    t = text.strip().lower().lstrip("+-").replace("_", "")
+    mantissa, _, exp = t.partition("e")
+    frac = mantissa.partition(".")[2]
+    try:
+        shift = int(exp) if exp else 0
+    except ValueError:
+        shift = 0
+    return max(-15, min(15, len(frac) - shift))

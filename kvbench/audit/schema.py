@@ -1,0 +1,407 @@
+"""The claims file: strict pydantic models, cross-reference checks, and the bounded YAML read.
+
+Everything wrong with a file is found here or in `figures.py` and reported as one
+`UsageError` line (exit 2): unknown keys and figures, units outside the table, clashing
+dimensions (s + GB), a claim whose unit cannot be converted from its expression's, cycles
+between derived figures, NaN/inf numbers, absurd decimals. The schema is documented in
+`kvbench/audit/__init__.py`.
+
+`decimals` default: when a figure or claim gives none, the decimals of the number as written
+in the file are used (0.25 -> 2, 18 -> 0); the loader keeps the written text for that.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kvbench.audit.bounds import BOUND_KINDS
+from kvbench.audit.checks import check_file
+from kvbench.audit.expr import FUNCTIONS, ExprError, expr_dims, expr_names, parse_expr
+from kvbench.audit.quantities import written_decimals
+from kvbench.errors import UsageError
+
+SCHEMA = "kvbench-claims/1"
+MAX_BYTES = 1_000_000
+MAX_EXPANDED_NODES = 100_000
+_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CLAIM_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+FROM_MODEL = (
+    "bytes_per_token_full_only",
+    "bytes_per_token_all_layers",
+    "bytes_per_token_per_layer",
+    "context_length",
+    "num_layers",
+    "sliding_window",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _finite(v: float | None) -> float | None:
+    if v is not None and not math.isfinite(v):
+        raise ValueError("must be a finite number (not NaN or infinity)")
+    return v
+
+
+class Source(_Strict):
+    title: str = Field(description="title of the publication")
+    date: str | None = Field(None, description="publication date as printed")
+    url: str | None = Field(None, description="where to read it")
+
+
+class ModelSpec(_Strict):
+    geometry: str | dict[str, Any] = Field(
+        description="kvbench preset, config.json path (relative to the claims file), or KVGeometry fields"
+    )
+    note: str | None = Field(None, description="free text")
+
+
+class Figure(_Strict):
+    id: str = Field(description="identifier used in expressions")
+    value: float | None = Field(None, description="the value as published; null = not published")
+    expr: str | None = Field(None, description="derived figure: expression over other figures")
+    from_model: str | None = Field(None, description="figure computed from the model geometry")
+    unit: str = Field("", description="unit, e.g. s, GB, req/s, B/token")
+    decimals: int | None = Field(
+        None, ge=-15, le=15, description="decimals as printed (negative: 10s...); default: as written"
+    )
+    source: str | None = Field(None, description="key into sources")
+    label: str | None = Field(
+        None, description="short human name used in readings (default: from description)"
+    )
+    description: str = Field("", description="what the figure is")
+    test: str | list[str] | None = Field(None, description="tag(s) grouping related figures")
+
+    @field_validator("value")
+    @classmethod
+    def _value_ok(cls, v: float | None) -> float | None:
+        return _finite(v)
+
+    @field_validator("id")
+    @classmethod
+    def _id_ok(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError(f"'{v}' is not a valid figure id (letters, digits, _)")
+        if v in FUNCTIONS:
+            raise ValueError(f"'{v}' is a function name; choose another figure id")
+        return v
+
+    @field_validator("from_model")
+    @classmethod
+    def _from_model_ok(cls, v: str | None) -> str | None:
+        if v is not None and v not in FROM_MODEL:
+            raise ValueError(f"unknown '{v}' (known: {', '.join(FROM_MODEL)})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Figure:
+        kinds = [k for k in ("value", "expr", "from_model") if k in self.model_fields_set]
+        if len(kinds) != 1:
+            raise ValueError("a figure needs exactly one of value (null if unpublished), expr, from_model")
+        return self
+
+    @property
+    def kind(self) -> str:
+        if self.expr is not None:
+            return "derived"
+        if self.from_model is not None:
+            return "model"
+        return "published" if self.value is not None else "unpublished"
+
+    @property
+    def tags(self) -> set[str]:
+        if self.test is None:
+            return set()
+        return {self.test} if isinstance(self.test, str) else set(self.test)
+
+
+class Claim(_Strict):
+    id: str = Field(description="identifier")
+    expr: str = Field(description="expression over figures that the claim states")
+    stated: float = Field(description="the value as printed")
+    unit: str = Field("", description="unit of the stated value: x, %, s, GB ...")
+    decimals: int | None = Field(
+        None, ge=-15, le=15, description="decimals as printed; default: as the stated value is written"
+    )
+    source: str | None = Field(None, description="key into sources")
+    description: str = Field("", description="the claim in words")
+    assumptions: list[str] = Field(default_factory=list, description="assumptions this check makes")
+
+    @field_validator("stated")
+    @classmethod
+    def _stated_ok(cls, v: float | None) -> float | None:
+        return _finite(v)
+
+    @field_validator("id")
+    @classmethod
+    def _id_ok(cls, v: str) -> str:
+        if not _CLAIM_ID.match(v):
+            raise ValueError(f"'{v}' is not a valid claim id")
+        return v
+
+
+class SizingCheck(_Strict):
+    id: str = Field(description="identifier")
+    description: str = Field("", description="the question in words")
+    tokens: str = Field(description="figure: tokens processed")
+    bytes: str = Field(description="figure: KV data size as stated")
+    requests: str | None = Field(None, description="figure: number of requests")
+    prompts: str | None = Field(None, description="figure: number of distinct prompts")
+    geometry: str | dict[str, Any] | None = Field(None, description="overrides the file's model")
+
+
+class Capacity(_Strict):
+    figure: str = Field(description="figure: a bandwidth the run's traffic passes through")
+    noise: bool = Field(
+        True, description="the competing traffic passes through it too (False: only the run's own traffic)"
+    )
+    description: str = Field("", description="the resource in words")
+
+
+class Bound(_Strict):
+    """A model-based limit; `kind` picks the module in `kvbench.audit.bounds` that computes it."""
+
+    id: str = Field(description="identifier")
+    kind: str = Field("cold_reuse", description=f"one of {', '.join(BOUND_KINDS)}")
+    description: str = Field("", description="the question in words")
+    requests: str | None = Field(None, description="figure: number of requests")
+    prompts: str | None = Field(None, description="figure: number of distinct prompts")
+    claim: str | None = Field(None, description="claim whose stated speedup is tested")
+    stated: float | None = Field(None, description="cold_reuse: speedup to test when no claim is named")
+    short_tokens: str | None = Field(None, description="figure: short prompt length")
+    short_time: str | None = Field(None, description="figure: uncached TTFT at the short length")
+    long_tokens: str | None = Field(None, description="figure: long prompt length")
+    long_time: str | None = Field(None, description="figure: uncached TTFT at the long length")
+    tokens: str | None = Field(None, description="serial_prefill: figure, prompt tokens of the whole run")
+    total: str | None = Field(None, description="serial_prefill: figure, published total time of the run")
+    gpus: str | None = Field(None, description="serial_prefill: figure, GPUs the run used (1)")
+    gpus_available: str | None = Field(None, description="serial_prefill: figure, GPUs the node had")
+    cold_total: str | None = Field(
+        None, description="serial_prefill: figure, total time of a cold-cache run computing each prompt once"
+    )
+    noise: str | None = Field(None, description="bandwidth_headroom: figure, competing traffic rate")
+    noise_sources: str | None = Field(None, description="bandwidth_headroom: figure, competing clients")
+    demand: list[str] = Field(default_factory=list, description="bandwidth_headroom: the run's own rate(s)")
+    sizing: str | None = Field(None, description="bandwidth_headroom: sizing check giving more rates")
+    duration: str | None = Field(
+        None, description="bandwidth_headroom: figure, run time for the sizing rates"
+    )
+    capacities: list[Capacity] = Field(default_factory=list, description="bandwidth_headroom: bandwidths")
+    rate_before: str | None = Field(None, description="bandwidth_headroom: figure, throughput without noise")
+    rate_after: str | None = Field(None, description="bandwidth_headroom: figure, throughput with noise")
+
+    @field_validator("stated")
+    @classmethod
+    def _stated_ok(cls, v: float | None) -> float | None:
+        return _finite(v)
+
+    @field_validator("kind")
+    @classmethod
+    def _kind_ok(cls, v: str) -> str:
+        if v not in BOUND_KINDS:
+            raise ValueError(f"unknown bound kind '{v}' (known: {', '.join(BOUND_KINDS)})")
+        return v
+
+    def refs(self) -> list[str]:
+        """Figure references this kind requires."""
+        return list(BOUND_KINDS[self.kind].required)
+
+    def optional_refs(self) -> list[str]:
+        return list(BOUND_KINDS[self.kind].optional)
+
+
+class ClaimsFile(_Strict):
+    schema_: str = Field(SCHEMA, alias="schema", description="kvbench-claims/1")
+    name: str = Field(description="short name of the dataset")
+    title: str = Field("", description="title")
+    sources: dict[str, Source] = Field(default_factory=dict, description="publications cited")
+    model: ModelSpec | None = Field(None, description="the model whose KV geometry figures use")
+    units: list[str] = Field(default_factory=list, description="extra counted things this file uses")
+    figures: list[Figure] = Field(description="the numbers")
+    claims: list[Claim] = Field(default_factory=list, description="statements to check")
+    sizing: list[SizingCheck] = Field(default_factory=list, description="KV sizing checks")
+    bounds: list[Bound] = Field(default_factory=list, description="model-based limits")
+    compare: list[Any] | None = Field(
+        None, description="measured-vs-published rows for run reports (read by kvbench.report, not here)"
+    )
+    base_dir: Path | None = Field(None, exclude=True, description="folder of the file (set by the loader)")
+    source: str = Field("claims", exclude=True, description="the file's name in messages (set by the loader)")
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_ok(cls, v: str) -> str:
+        if v != SCHEMA:
+            raise ValueError(f"unsupported schema '{v}' (expected {SCHEMA})")
+        return v
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "(top)"
+
+
+def _fill_decimals(data: dict[str, Any]) -> dict[str, Any]:
+    """Give figures and claims without `decimals` the decimals their number is written with."""
+    out = dict(data)
+    for section, key in (("figures", "value"), ("claims", "stated")):
+        items = out.get(section)
+        if not isinstance(items, list):
+            continue
+        filled = []
+        for item in items:
+            if isinstance(item, dict) and "decimals" not in item and isinstance(item.get(key), int | float):
+                v = item[key]
+                if not isinstance(v, bool) and math.isfinite(float(v)):
+                    text = getattr(v, "written", None) or repr(v)
+                    item = {**item, "decimals": written_decimals(text)}
+            filled.append(item)
+        out[section] = filled
+    return out
+
+
+def parse_claims(data: Any, source: str = "claims", base_dir: Path | None = None) -> ClaimsFile:
+    """Validate a parsed claims document; UsageError with `path: message` lines."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: expected a mapping at the top level")
+    try:
+        cf = ClaimsFile.model_validate({**_fill_decimals(data), "base_dir": base_dir, "source": source})
+    except ValidationError as exc:
+        problems = [
+            f"{_loc(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+        ]
+        raise UsageError(f"{source}: " + "; ".join(problems)) from None
+    problems = check_file(cf)
+    if problems:
+        raise UsageError(f"{source}: " + "; ".join(problems))
+    return cf
+
+
+class _WrittenFloat(float):
+    written: str
+
+
+class _WrittenInt(int):
+    written: str
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps how each number was written (for the default `decimals`)."""
+
+
+def _float(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    assert isinstance(node, yaml.ScalarNode)
+    value = yaml.SafeLoader.construct_yaml_float(loader, node)
+    out = _WrittenFloat(value)
+    out.written = str(node.value)
+    return out
+
+
+def _int(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    assert isinstance(node, yaml.ScalarNode)
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    out = _WrittenInt(value)
+    out.written = str(node.value)
+    return out
+
+
+_Loader.add_constructor("tag:yaml.org,2002:float", _float)
+_Loader.add_constructor("tag:yaml.org,2002:int", _int)
+
+
+def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes once aliases are expanded (an alias bomb is refused before it is built)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded(c, memo) for c in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded(k, memo) + _expanded(v, memo) for k, v in node.value)
+    memo[id(node)] = size = min(size, MAX_EXPANDED_NODES + 1)
+    return size
+
+
+def read_yaml(p: Path) -> Any:
+    """Bounded, alias-guarded YAML read; every failure is one UsageError line."""
+    try:
+        raw = p.read_bytes()
+    except IsADirectoryError:
+        raise UsageError(f"{p}: is a directory, not a claims file") from None
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise UsageError(f"{p.name}: {len(raw):,} bytes; claims files are limited to {MAX_BYTES:,}")
+    try:
+        loader = _Loader(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{p.name}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expanded(node, {}) > MAX_EXPANDED_NODES:
+            raise UsageError(f"{p.name}: expands to more than {MAX_EXPANDED_NODES:,} nodes (YAML aliases)")
+        return None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "?"
+        raise UsageError(f"{p.name}: {where}: not valid YAML") from None
+    except RecursionError:
+        raise UsageError(f"{p.name}: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def load_claims(path: Path | str | None = None) -> ClaimsFile:
+    """Read and validate a claims file; None or a bare name = a shipped dataset."""
+    from kvbench.reference import reference_path
+
+    if path is None:
+        p = reference_path()
+    else:
+        p = Path(path)
+        if not p.exists():
+            if p.suffix == "" and "/" not in str(path):
+                p = reference_path(str(path))
+            else:
+                raise UsageError(f"{path}: no such claims file")
+    data = read_yaml(p)
+    if data is None:
+        raise UsageError(f"{p.name}: the file is empty")
+    return parse_claims(data, source=p.name, base_dir=p.resolve().parent)
+
+
+def load_reference(name: str = "ibm-g4") -> ClaimsFile:
+    """A shipped dataset, validated (was kvbench.reference.load_reference)."""
+    from kvbench.reference import reference_path
+
+    return load_claims(reference_path(name))
+
+
+__all__ = [
+    "SCHEMA",
+    "Bound",
+    "Capacity",
+    "Claim",
+    "ClaimsFile",
+    "ExprError",
+    "Figure",
+    "ModelSpec",
+    "SizingCheck",
+    "Source",
+    "expr_dims",
+    "expr_names",
+    "load_claims",
+    "load_reference",
+    "parse_claims",
+    "parse_expr",
+]

@@ -1,0 +1,162 @@
+"""Completion requests: /v1/completions and /v1/chat/completions, from arrival to answer.
+
+`handle()` owns what every completion request gets, whatever happens to it: a Trace (the ground
+truth line, written when the request ends, cancelled or not), the in-flight count, the request id.
+`_complete()` applies the request-level faults (exit, injected error status, 429), validates the
+body into a CompletionRequest (400 with an OpenAI error otherwise), and hands the engine's token
+generator to the one token loop in responses.py with the right body writer.
+
+Request rules: max_tokens (or max_completion_tokens for chat) defaults to 16 and must fit the
+context with the prompt; temperature 0 gives text derived from the prompt alone (identical
+prompts, identical text); any other temperature draws words from `seed` if given, else at random.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from kvbench.mock.engine import Trace
+from kvbench.mock.http import BadRequest, abort, error_response, log, read_json
+from kvbench.mock.responses import BodyWriter, JsonWriter, SseWriter, answer
+from kvbench.mock.tokenizer import PromptInfo, Tokenizer
+
+if TYPE_CHECKING:
+    from kvbench.mock.app import MockApp
+
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """A validated completion request: what the token loop and the body writers need."""
+
+    chat: bool  # /v1/chat/completions (messages) rather than /v1/completions (prompt)
+    prompt: PromptInfo  # the prompt as the mock's tokenizer sees it
+    max_tokens: int  # tokens to generate (the mock never stops early)
+    stream: bool  # SSE stream, or one JSON body
+    include_usage: bool  # stream_options.include_usage: a usage chunk before [DONE]
+    model: str  # echoed in every answer (any value is accepted)
+    words: random.Random  # draws the answer's words (seeded from the prompt at temperature 0)
+
+
+async def handle(app: MockApp, request: web.Request, chat: bool) -> web.StreamResponse:
+    """One completion request, traced from arrival to its end, whatever the end is."""
+    received_ns = time.perf_counter_ns()
+    app.in_flight += 1
+    rid = request.headers.get("X-Request-Id") or f"mock-{uuid.uuid4().hex}"
+    trace = Trace(
+        request_id=rid,
+        received_ns=received_ns,
+        endpoint=request.path,
+        in_flight_at_receive=app.in_flight,
+        fabric_noise_bytes_per_s=app.engine.noise_bytes_per_s,
+    )
+    try:
+        return await _complete(app, request, chat, trace)
+    except ConnectionResetError:
+        # the client left, or a fault aborted the transport: nothing more can be sent
+        if trace.status == "ok":
+            trace.status = "cancelled"
+        return web.Response(status=499)
+    except asyncio.CancelledError:
+        trace.status = "cancelled"
+        raise
+    finally:
+        app.in_flight -= 1
+        trace.end_ns = time.perf_counter_ns()
+        app.write_trace(trace)
+
+
+async def _complete(app: MockApp, request: web.Request, chat: bool, trace: Trace) -> web.StreamResponse:
+    decision = app.faults.next()
+    fc = app.faults.config
+    model_name = app.profile.model_name
+    if decision.exit_process:
+        app.metrics.faults.labels(model_name, "exit_after_requests").inc()
+        if app.exit_process_on_fault:
+            log.warning("fault exit_after_requests: exiting now")
+            os._exit(3)
+        abort(request, trace, "fault_exit")
+    if decision.error_status is not None:
+        app.metrics.faults.labels(model_name, "error_rate").inc()
+        trace.status, trace.http_status = "fault_error", decision.error_status
+        return error_response(decision.error_status, "injected fault", "InternalServerError")
+    if decision.rate_limited:
+        app.metrics.faults.labels(model_name, "rate_limit").inc()
+        trace.status, trace.http_status = "fault_rate_limit", 429
+        return error_response(
+            429, "rate limited (injected fault)", "RateLimitError", {"Retry-After": str(fc.retry_after_s)}
+        )
+    try:
+        req = parse_request(app, await read_json(request), chat)
+    except (BadRequest, ValueError) as exc:
+        trace.status, trace.http_status = "bad_request", 400
+        return error_response(400, str(exc))
+    trace.prompt_tokens = req.prompt.num_tokens
+    endless = decision.stream_faults and fc.endless_stream
+    tokens = app.engine.generate(req.prompt, 10**9 if endless else req.max_tokens, trace)
+    writer: BodyWriter = SseWriter(request, req, trace) if req.stream else JsonWriter(req, trace)
+    try:
+        return await answer(app, request, req, trace, tokens, decision, writer)
+    finally:
+        await tokens.aclose()
+
+
+def parse_request(app: MockApp, body: dict[str, Any], chat: bool) -> CompletionRequest:
+    """Validate a completion body; BadRequest (or ValueError) with the message a client sees."""
+    prompt = extract_prompt(app.tokenizer, body, chat)
+    max_tokens = body.get("max_completion_tokens") if chat else None
+    max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS) if max_tokens is None else max_tokens
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise BadRequest("max_tokens must be a positive integer")
+    limit = app.engine.max_model_len
+    if prompt.num_tokens + max_tokens > limit:
+        raise BadRequest(
+            f"This model's maximum context length is {limit} tokens. "
+            f"However, you requested {prompt.num_tokens + max_tokens} tokens "
+            f"({prompt.num_tokens} in the messages, {max_tokens} in the completion)."
+        )
+    opts = body.get("stream_options") or {}
+    return CompletionRequest(
+        chat=chat,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(opts.get("include_usage", False)) if isinstance(opts, dict) else False,
+        model=str(body.get("model") or app.profile.model_name),
+        words=word_source(body, prompt),
+    )
+
+
+def extract_prompt(tokenizer: Tokenizer, body: dict[str, Any], chat: bool) -> PromptInfo:
+    """The prompt of a chat (messages) or text (prompt: a string, or a list of one) request."""
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty list")
+        return tokenizer.chat(messages, True)
+    p = body.get("prompt")
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
+        p = p[0]
+    if not isinstance(p, str):
+        raise BadRequest("'prompt' must be a string (batched or token-id prompts are not supported)")
+    return tokenizer.prompt(p)
+
+
+def word_source(body: dict[str, Any], prompt: PromptInfo) -> random.Random:
+    """Temperature 0: words from the prompt alone; otherwise from `seed`, or at random."""
+    temperature = body.get("temperature", 1.0)
+    if temperature == 0:
+        return random.Random(prompt.seed)
+    seed = body.get("seed")
+    return random.Random(hash((prompt.seed, seed)) if seed is not None else None)

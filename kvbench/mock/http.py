@@ -1,0 +1,52 @@
+"""HTTP helpers shared by the mock's handlers: OpenAI-shaped errors, JSON bodies, aborts.
+
+Kept apart so that the app (small endpoints), completions (request handling) and responses (the
+token loop) share them without importing each other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, NoReturn
+
+from aiohttp import web
+
+from kvbench.mock.engine import Trace
+
+log = logging.getLogger("kvbench.mock")
+
+
+class BadRequest(Exception):
+    """A request the mock refuses with 400 and this message."""
+
+
+def error_response(
+    status: int, message: str, etype: str = "BadRequestError", headers: Any = None
+) -> web.Response:
+    """An error in the OpenAI shape: {"error": {"message", "type", "param", "code"}}."""
+    body = {"error": {"message": message, "type": etype, "param": None, "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object; BadRequest when it is not one."""
+    try:
+        body = await request.json(loads=json.loads)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def abort(request: web.Request, trace: Trace, status: str) -> NoReturn:
+    """Drop the connection (a fault): record `status`, abort the transport, unwind the handler.
+
+    The ConnectionResetError is caught by the completion handler, which answers nothing more.
+    """
+    trace.status = status
+    trace.http_status = 0
+    if request.transport is not None:
+        request.transport.abort()
+    raise ConnectionResetError(status)

@@ -1,0 +1,175 @@
+"""`kvbench compare`: several runs side by side; the FIRST run is the baseline of every ratio.
+
+Three steps, each on its own: `compare_tables` (sections from the summaries, pure),
+`compare_plots` (PNGs into the output folder) and `compare_runs` (read, write, print).
+Runs are matched by label (cold, warm, baseline, cached, quiet, noisy).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kvbench.errors import UsageError
+from kvbench.report.formats import Section, Table, fmt, fmt_ci, print_table, to_html, to_markdown, write_json
+from kvbench.report.summary import RunSummary
+
+PHASE_HEAD = ["run", "phase", "label", "ok", "errors", "req/s", "req/s vs {base}", "TTFT p50 (ms)"]
+PHASE_HEAD += ["TTFT p50 vs {base}", "E2E p50 (ms)"]
+EFFECT_HEAD = ["run", "comparison", "rate reading", "time reading"]
+
+
+def default_compare_dir() -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path("results") if Path("results").is_dir() else Path(".")
+    return base / f"compare-{stamp}"
+
+
+def short_name(run_id: str) -> str:
+    """A run id without its timestamp: 20261130T141500Z-throughput-7b2e90 -> throughput-7b2e90."""
+    parts = run_id.split("-")
+    return "-".join(parts[1:]) if len(parts) > 2 and parts[0][:8].isdigit() else run_id
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return fmt(value / base) if base and value else "n/a"
+
+
+def phase_table(names: list[str], summaries: list[RunSummary]) -> Table:
+    """Every run's phases, with req/s and TTFT against the baseline run's phase of the same label."""
+    base_rates = {p.label: p.requests_per_s for p in summaries[0].phases}
+    base_ttft = {p.label: p.ttft_ms.p50 for p in summaries[0].phases}
+    rows = [
+        [
+            n,
+            p.phase,
+            p.label,
+            fmt(p.ok),
+            fmt(p.errors),
+            fmt(p.requests_per_s),
+            _ratio(p.requests_per_s, base_rates.get(p.label)),
+            fmt(p.ttft_ms.p50),
+            _ratio(p.ttft_ms.p50, base_ttft.get(p.label)),
+            fmt(p.e2e_ms.p50),
+        ]
+        for n, s in zip(names, summaries, strict=True)
+        for p in s.phases
+    ]
+    return Table([h.format(base=names[0]) for h in PHASE_HEAD], rows)
+
+
+def effect_rows(names: list[str], summaries: list[RunSummary]) -> list[list[str]]:
+    """The within-run effects: cached vs baseline, noisy vs quiet."""
+    rows = []
+    for n, s in zip(names, summaries, strict=True):
+        t, q = s.throughput, s.noise
+        if t is not None:
+            rows.append(
+                [
+                    n,
+                    "cached vs baseline",
+                    f"{fmt(t.rate_ratio)}x req/s ratio",
+                    f"{fmt(t.time_ratio)}x total-time ratio",
+                ]
+            )
+        if q is not None:
+            rows.append(
+                [
+                    n,
+                    "noisy vs quiet",
+                    f"-{fmt(q.rate_drop_pct)}% req/s (vs quiet rate)",
+                    f"+{fmt(q.time_increase_pct)}% time (vs quiet time)",
+                ]
+            )
+    return rows
+
+
+def compare_tables(names: list[str], summaries: list[RunSummary]) -> list[Section]:
+    """The compare report's sections (without plots)."""
+    overview = [
+        [
+            n,
+            str(s.run.test),
+            s.run.status_text,
+            "yes" if s.run.simulated else "no",
+            f"{s.run.target.get('engine')} {s.run.target.get('model')}",
+            fmt(s.run.requests),
+        ]
+        for n, s in zip(names, summaries, strict=True)
+    ]
+    sections = [
+        Section(
+            "Runs",
+            [f"Baseline of every ratio below: **{names[0]}** (the first run given), matched by label."]
+            + [f"**{n}**: {s.banner}" for n, s in zip(names, summaries, strict=True) if s.banner],
+            [Table(["run", "test", "status", "simulated", "target", "requests"], overview)],
+        ),
+        Section("Per phase and label", [], [phase_table(names, summaries)]),
+    ]
+    speed_rows = [
+        [n, fmt(sp.tokens), sp.label, fmt(sp.speedup), fmt_ci(sp.speedup_ci)]
+        for n, s in zip(names, summaries, strict=True)
+        for sp in s.ttft_speedups
+    ]
+    if speed_rows:
+        head = ["run", "prompt tokens", "vs", "speedup (x)", "95% CI"]
+        sections.append(Section("TTFT speedups (baseline: cold, per run)", [], [Table(head, speed_rows)]))
+    effects = effect_rows(names, summaries)
+    if effects:
+        sections.append(
+            Section("Throughput and noise effects (within each run)", [], [Table(EFFECT_HEAD, effects)])
+        )
+    return sections
+
+
+def compare_plots(names: list[str], summaries: list[RunSummary], out: Path) -> list[Path]:
+    """compare_rates.png (every phase's rate) and, when any run has TTFT per length, compare_ttft.png."""
+    from kvbench.report import plots
+
+    fig, (ax,) = plots.new_figure(width=9)
+    bar_names = [f"{p.label} {n}:{p.phase}" for n, s in zip(names, summaries, strict=True) for p in s.phases]
+    bar_vals = [p.requests_per_s for s in summaries for p in s.phases]
+    plots.plot_bars(
+        ax,
+        bar_names,
+        bar_vals,
+        "completed requests per second",
+        "Throughput per run and phase (ok requests / phase wall time)",
+    )
+    images = [plots.save(fig, out / "compare_rates.png")]
+    if any(s.ttft_by_length for s in summaries):
+        fig, (ax,) = plots.new_figure()
+        for n, s in zip(names, summaries, strict=True):
+            if s.ttft_by_length:
+                plots.plot_ttft_vs_length(
+                    ax, [r.model_dump() for r in s.ttft_by_length], log=True, series=f"{n}: "
+                )
+        ax.set_title("TTFT vs prompt length, all runs (log scale)")
+        images.append(plots.save(fig, out / "compare_ttft.png"))
+    return images
+
+
+def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool = False) -> Path:
+    """Side-by-side tables and plots for any runs; the FIRST run is the baseline of every ratio."""
+    from kvbench.report.summary import build_summary
+
+    if len(run_dirs) < 2:
+        raise UsageError("compare: give at least two run directories")
+    out = Path(out_dir) if out_dir else default_compare_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = [build_summary(d)[0] for d in run_dirs]
+    names = [short_name(s.run.run_id) for s in summaries]
+    sections = compare_tables(names, summaries)
+    sections.append(Section("Plots", [], [], compare_plots(names, summaries, out)))
+    title = "kvbench compare: " + " vs ".join(names)
+    (out / "compare.md").write_text(to_markdown(title, sections), encoding="utf-8")
+    html_path = out / "compare.html"
+    html_path.write_text(to_html(title, sections), encoding="utf-8")
+    write_json(out / "summary.json", {"baseline": names[0], "runs": summaries})
+    if not quiet:
+        print_table(phase_table(names, summaries), f"compare (baseline: {names[0]})")
+        effects = effect_rows(names, summaries)
+        if effects:
+            print_table(Table(EFFECT_HEAD, effects), "within-run effects")
+        print(f"compare: {html_path}")
+    return html_path

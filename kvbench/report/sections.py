@@ -1,0 +1,362 @@
+"""The sections of a run report, built from a `RunSummary`: what the reader sees, in order.
+
+Each builder takes the summary and returns a `Section` (or None when the run has
+nothing for it); `build_sections` puts them in order and `key_table` is the short
+table printed on the terminal. Writing them out is `formats`' job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvbench.report.formats import Section, Table, fmt, fmt_ci, fmt_ms_as_s
+from kvbench.report.manifest import LoadShape
+from kvbench.report.summary import RunSummary
+
+
+def load_rows(load: LoadShape | None) -> list[list[str]]:
+    """The run's load shape as table rows (kind, concurrency or rate, requests, prompts, lengths)."""
+    if load is None:
+        return [["load", "not recorded (no manifest load section and no scenario.yaml)"]]
+    if load.kind == "concurrent":
+        shape = f"concurrent, {fmt(load.concurrency)} connections kept busy (closed loop)"
+    elif load.kind == "rate":
+        shape = (
+            f"rate, {fmt(load.rate_per_s)} requests/s ({load.arrivals or 'poisson'} arrivals), "
+            f"at most {fmt(load.max_concurrency)} in flight (open loop)"
+        )
+    elif load.kind == "sequential":
+        shape = "sequential, one request at a time"
+    elif load.kind is None:
+        shape = f"not recorded ({load.source} has no load section)"
+    else:
+        shape = load.kind
+    rows = [
+        ["load", shape if load.kind is None else f"{shape} (from {load.source})"],
+        ["requests per phase", fmt(load.requests) if load.requests or not load.kind else "one per prompt"],
+        ["prompts", fmt(load.prompt_count)],
+        ["prompt lengths (tokens)", load.lengths or "n/a"],
+    ]
+    if load.shared_prefix_tokens:
+        rows.append(["shared prefix (tokens)", fmt(load.shared_prefix_tokens)])
+    if load.max_tokens:
+        rows.append(["output tokens per request", fmt(load.max_tokens)])
+    return rows
+
+
+def run_section(summary: RunSummary) -> Section:
+    run = summary.run
+    target = run.target
+    rows = [
+        ["run", run.run_id],
+        ["scenario / test", f"{run.scenario} / {run.test}"],
+        ["status", run.status_text],
+        ["started / ended (UTC)", f"{run.started_at} / {run.ended_at or 'n/a'}"],
+        ["target", f"{target.get('kind', '?')} {target.get('base_url') or ''}".strip()],
+        [
+            "model / engine",
+            f"{target.get('model')} / {target.get('engine')} {target.get('server_version') or ''}",
+        ],
+        ["simulated", "yes (kvbench mock)" if run.simulated else "no"],
+    ]
+    if run.time_scale.value != 1.0:
+        rows.append(
+            ["time scale", f"{run.time_scale.value:g} of the modelled pace ({run.time_scale.source})"]
+        )
+    rows += load_rows(run.load)
+    rows += [["reference", str(run.reference)], ["requests recorded", fmt(run.requests)]]
+    paras = [f"**{summary.banner}**"] if summary.banner else []
+    return Section("Run", paras, [Table(["", ""], rows)])
+
+
+def speedup_section(summary: RunSummary) -> Section | None:
+    if not summary.ttft_speedups:
+        return None
+    rows = [
+        [
+            fmt(s.tokens),
+            s.label,
+            f"{fmt_ms_as_s(s.baseline_p50_ms)} (n={s.n_baseline})",
+            f"{fmt_ms_as_s(s.p50_ms)} (n={s.n})",
+            fmt(s.speedup),
+            fmt_ci(s.speedup_ci),
+        ]
+        for s in summary.ttft_speedups
+    ]
+    return Section(
+        "TTFT speedup per prompt length",
+        [
+            "Baseline: the **cold** requests (prefix recomputed). "
+            "Speedup = median cold TTFT / median TTFT of "
+            "the other label at the same requested length; 95% CI by a seeded bootstrap."
+        ],
+        [Table(["prompt tokens", "vs", "cold TTFT p50 (s)", "TTFT p50 (s)", "speedup (x)", "95% CI"], rows)],
+    )
+
+
+def throughput_section(summary: RunSummary) -> Section | None:
+    t = summary.throughput
+    if t is None:
+        return None
+    rows = [
+        ["requests/s ratio", t.rate_ratio_what, fmt(t.rate_ratio), fmt_ci(t.rate_ratio_ci)],
+        ["total-time ratio", t.time_ratio_what, fmt(t.time_ratio), "n/a"],
+    ]
+    detail = [
+        ["cached", fmt(t.cached_ok), fmt(t.cached_requests_per_s), fmt(t.cached_total_s)],
+        ["baseline", fmt(t.baseline_ok), fmt(t.baseline_requests_per_s), fmt(t.baseline_total_s)],
+    ]
+    paras = [f"Baseline: {t.baseline}. Compared: {t.cached}."]
+    if not t.same_request_count:
+        paras.append(
+            "The two sides completed different numbers of requests: the total-time ratio is not a "
+            "like-for-like comparison; prefer the requests/s ratio."
+        )
+    if t.rate_ratio_ci is None:
+        paras.append("No CI for the rate ratio: each side has a single phase (repeat the phases for one).")
+    return Section(
+        "Throughput: cached vs baseline",
+        paras,
+        [
+            Table(["speedup", "definition", "value (x)", "95% CI"], rows),
+            Table(["side", "ok requests", "requests/s", "total time (s)"], detail),
+        ],
+    )
+
+
+def noise_section(summary: RunSummary) -> Section | None:
+    n = summary.noise
+    if n is None:
+        return None
+    rows = [
+        ["drop in requests/s", n.rate_drop_what, f"{fmt(n.rate_drop_pct)}%", fmt_ci(n.rate_drop_ci_pct)],
+        ["increase in total time", n.time_increase_what, f"{fmt(n.time_increase_pct)}%", "n/a"],
+    ]
+    gbps = fmt(n.noise_mean_bytes_per_s / 1e9) if n.noise_mean_bytes_per_s else "n/a"
+    detail = [
+        ["quiet", fmt(n.quiet_requests_per_s), fmt(n.quiet_total_s), "0"],
+        ["noisy", fmt(n.noisy_requests_per_s), fmt(n.noisy_total_s), gbps],
+    ]
+    return Section(
+        "Noisy neighbour: noisy vs quiet",
+        [
+            f"Baseline: {n.baseline}. Compared: {n.noisy}. "
+            "Both readings are shown: a drop in rate and a "
+            "rise in time are different percentages of the same slowdown."
+        ],
+        [
+            Table(["effect", "definition", "value", "95% CI"], rows),
+            Table(["side", "requests/s", "total time (s)", "competing traffic (GB/s)"], detail),
+        ],
+    )
+
+
+def phase_section(summary: RunSummary) -> Section | None:
+    if not summary.phases:
+        return None
+    rows1, rows2 = [], []
+    for p in summary.phases:
+        t, i, e, d = p.ttft_ms, p.itl_ms, p.e2e_ms, p.dispatch_delay_ms
+        rows1.append(
+            [
+                p.phase,
+                p.label,
+                fmt(p.requests),
+                fmt(p.errors),
+                fmt(p.requests_per_s),
+                fmt(p.output_tokens_per_s),
+                fmt(p.duration_s),
+                p.duration_source,
+            ]
+        )
+        rows2.append(
+            [
+                *(
+                    p.phase,
+                    p.label,
+                    fmt(t.mean),
+                    fmt(t.p50),
+                    fmt_ci(p.ttft_p50_ci_ms),
+                    fmt(t.p90),
+                    fmt(t.p99),
+                ),
+                *(fmt(t.min), fmt(t.max), fmt(i.p50), fmt(e.p50), fmt(e.p99), fmt(d.p50), fmt(d.max)),
+            ]
+        )
+    head1 = ["phase", "label", "requests", "errors", "req/s", "output tok/s", "wall time (s)", "time source"]
+    head2 = ["phase", "label", "TTFT mean", "TTFT p50", "p50 95% CI", "TTFT p90", "TTFT p99", "TTFT min"]
+    head2 += ["TTFT max", "ITL p50", "E2E p50", "E2E p99", "dispatch p50", "dispatch max"]
+    return Section(
+        "Per phase and label",
+        [
+            "requests/s = completed ok requests / phase wall time "
+            "(manifest duration_s when the phase has one "
+            "label, else the span of its requests). Latencies in ms over ok requests; ITL is the per-request "
+            "mean gap; dispatch delay (sent - scheduled) is kept apart from TTFT."
+        ],
+        [Table(head1, rows1), Table(head2, rows2)],
+    )
+
+
+def fit_section(summary: RunSummary) -> Section | None:
+    f = summary.fits
+    if not (f.get("warm") or f.get("cold")):
+        return None
+    paras = [f"Geometry for KV bytes: {f['geometry'] or 'none'} (from {f['geometry_source']})."]
+    tables = []
+    for kind in ("cold", "warm"):
+        fit = f.get(kind)
+        if not fit:
+            continue
+        params = ", ".join(f"{k} = {v:.4g}" for k, v in fit["params"].items())
+        paras.append(
+            f"**{kind}**: {fit['formula']}; {params}; RMSE {fmt(fit['rmse_ms'])} ms, "
+            f"R² {fmt(fit['r2'], 4)}. " + " ".join(fit["notes"])
+        )
+        rows = [
+            [fmt(int(p["tokens"])), fmt(p["measured_ms"]), fmt(p["fitted_ms"]), fmt(p["residual_ms"])]
+            for p in fit["points"]
+        ]
+        rows += [
+            [
+                fmt(p["tokens"]),
+                "—",
+                fmt(p["ttft_ms"]),
+                "EXTRAPOLATION (outside the measured range)" if p["extrapolated"] else "interpolated",
+            ]
+            for p in fit["predictions"]
+        ]
+        lo, hi = fit["measured_range"]
+        tables.append(
+            Table(
+                ["prompt tokens", "measured p50 (ms)", "fitted (ms)", "residual (ms) / note"],
+                rows,
+                caption=f"{kind} TTFT fit, measured {lo:,}–{hi:,} tokens",
+            )
+        )
+    return Section("Model fits", paras, tables)
+
+
+def _or_unscaled(x: float | None) -> str:
+    return fmt(x) if x is not None else "not scaled"
+
+
+def published_section(summary: RunSummary) -> Section | None:
+    p = summary.published
+    if p is None:
+        return None
+    paras = []
+    if p.simulated:
+        paras.append(
+            f"**{summary.banner}** The measured column is a simulation: agreement with the published "
+            "figures checks the mock's calibration, not any hardware."
+        )
+    scaled = p.time_scale != 1.0
+    if scaled:
+        paras.append(
+            f"This run's server ran at **{p.time_scale:g} of the modelled pace** "
+            f"(1 modelled second = {p.time_scale * 1000:g} ms). Times and rates are compared at that "
+            "scale: each published time is multiplied by it and each published rate divided by it "
+            "(ratios and percentages are left alone); the measured value brought back to real pace "
+            "is shown next to the published one. Fixed costs that do not scale (HTTP, the client: a few ms) "
+            "weigh more at this pace, so the shortest times (warm TTFT) read high."
+        )
+    paras.append(
+        f"Published figures: {p.title or p.reference} (kvbench/reference/{p.reference}.yaml, its "
+        "`compare:` section); `kvbench audit` checks them against each other. Published claims found "
+        "inconsistent: " + (", ".join(p.discrepancies) or "none") + "."
+    )
+    if scaled:
+        head = ["metric", "measured", "published, run's pace", "measured, real pace", "published"]
+        rows = [
+            [
+                *(r.metric, fmt(r.measured), _or_unscaled(r.published_at_scale)),
+                *(_or_unscaled(r.measured_scaled_back), fmt(r.published)),
+                *(r.unit, fmt(r.measured_over_published), r.note),
+            ]
+            for r in p.rows
+        ]
+        head += ["unit", "measured / published (same pace)", "note"]
+    else:
+        head = ["metric", "measured", "published", "unit", "measured / published", "note"]
+        rows = [
+            [r.metric, fmt(r.measured), fmt(r.published), r.unit, fmt(r.measured_over_published), r.note]
+            for r in p.rows
+        ]
+    if not rows:
+        paras.append("None of this run's measurements corresponds to a published figure.")
+    return Section(f"Measured vs published ({p.reference})", paras, [Table(head, rows)])
+
+
+def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
+    secs = [run_section(summary)]
+    for make in (
+        speedup_section,
+        throughput_section,
+        noise_section,
+        published_section,
+        phase_section,
+        fit_section,
+    ):
+        s = make(summary)
+        if s is not None:
+            secs.append(s)
+    if summary.notes:
+        secs.append(Section("Notes", [f"- {n}" for n in summary.notes]))
+    if images:
+        secs.append(Section("Plots", [], [], images))
+    return secs
+
+
+def key_table(summary: RunSummary) -> Table:
+    """The table printed on the terminal: the headline comparisons of the run."""
+    rows: list[list[str]] = []
+    for s in summary.ttft_speedups:
+        rows.append(
+            [
+                f"TTFT speedup @ {s.tokens:,} tok",
+                f"cold / {s.label}",
+                f"{fmt(s.speedup)}x {fmt_ci(s.speedup_ci)}",
+                f"{fmt_ms_as_s(s.baseline_p50_ms)} s -> {fmt_ms_as_s(s.p50_ms)} s",
+            ]
+        )
+    t = summary.throughput
+    if t is not None:
+        side = f"baseline -> {t.cached_label}"
+        rows.append(
+            [
+                "throughput speedup",
+                side,
+                f"{fmt(t.rate_ratio)}x (req/s ratio)",
+                f"{fmt(t.baseline_requests_per_s)} -> {fmt(t.cached_requests_per_s)} req/s",
+            ]
+        )
+        rows.append(
+            [
+                "throughput speedup",
+                side,
+                f"{fmt(t.time_ratio)}x (total-time ratio)",
+                f"{fmt(t.baseline_total_s)} -> {fmt(t.cached_total_s)} s",
+            ]
+        )
+    n = summary.noise
+    if n is not None:
+        rates = f"{fmt(n.quiet_requests_per_s)} -> {fmt(n.noisy_requests_per_s)} req/s"
+        rows.append(
+            ["noisy neighbour", "quiet -> noisy", f"-{fmt(n.rate_drop_pct)}% req/s (vs quiet rate)", rates]
+        )
+        times = f"{fmt(n.quiet_total_s)} -> {fmt(n.noisy_total_s)} s"
+        rows.append(
+            ["noisy neighbour", "quiet -> noisy", f"+{fmt(n.time_increase_pct)}% time (vs quiet time)", times]
+        )
+    if not rows:
+        for p in summary.phases:
+            rows.append(
+                [
+                    f"phase {p.phase}",
+                    p.label,
+                    f"{fmt(p.requests_per_s)} req/s",
+                    f"TTFT p50 {fmt(p.ttft_ms.p50)} ms, {p.errors} errors",
+                ]
+            )
+    return Table(["measure", "baseline -> compared", "value", "from"], rows, caption="key results")
