@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvbench.session_rows import TIER_ORDER, TURNS, per_tier, per_turn
+from kvbench.results.turns import TIER_ORDER, TURNS, per_tier, per_turn
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -188,7 +188,7 @@ def session_section_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def session_rows_from_table(table: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """The per-turn table (kvbench.session_rows.per_turn) as report cells."""
+    """The per-turn table (kvbench.results.turns.per_turn) as report cells."""
     header = ["turn", "users", "context tokens", "TTFT cached ms", "TTFT baseline ms", "speedup"]
     header += ["hit ratio", "tier"]
 
@@ -290,3 +290,20 @@ def plot_compare_ttft(ax: Axes, frames: Sequence[tuple[str, pd.DataFrame]]) -> N
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
+
+
+def compare_sessions(
+    names: Sequence[str], run_dirs: Sequence[Path], out: Path
+) -> tuple[tuple[str, list[str], list[Any]] | None, Path]:
+    """`kvbench compare` on sessions runs: (title, paragraphs, [table]) and the per-turn TTFT plot."""
+    from kvbench.report.formats import Table
+    from kvbench.report.plots import new_figure
+
+    path = out / "compare_sessions_ttft.png"
+    header, rows = compare_rows(names, run_dirs)
+    if not rows:
+        return None, path
+    fig, (ax,) = new_figure()
+    plot_compare_ttft(ax, [(n, read_turns(Path(d))) for n, d in zip(names, run_dirs, strict=True)])
+    fig.savefig(path, dpi=110)
+    return ("Sessions: cached TTFT per turn", [], [Table(header, rows)]), path

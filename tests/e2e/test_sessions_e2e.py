@@ -17,7 +17,7 @@ from engine_e2e import check_all_ok, kvbench_run, say
 
 from kvbench.engines.install import Installed
 from kvbench.engines.serve import running_engine
-from kvbench.session_rows import per_turn, turn_table_lines
+from kvbench.results.turns import per_turn, turn_table_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kvbench.results import read_jsonl, read_manifest
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ async def run(tmp_path: Path, **overrides: Any):
 
 
 def _knobs(**kw: Any) -> dict[str, Any]:
-    return {f"sessions.{k}": v for k, v in kw.items()}
+    return {f"test.{k}": v for k, v in kw.items()}
 
 
 def _median(xs):
@@ -89,7 +89,7 @@ async def test_laptop_returning_users_are_served_from_lower_tiers(tmp_path):
     assert max(t["in_flight"] for t in turns) <= 8
     assert max(g["in_flight_at_receive"] for g in gt.values() if "-probe-" not in g["request_id"]) <= 8
     phases = {p["name"]: p for p in manifest["phases"]}
-    assert set(phases) == {"cached", "baseline"} and phases["cached"]["turns"] == 48
+    assert set(phases) == {"cached", "baseline"} and phases["cached"]["sessions"]["turns"] == 48
 
 
 async def test_ibm_g4_serves_history_from_g4_and_demotes_past_a_small_g1(tmp_path):
@@ -147,13 +147,15 @@ async def test_open_loop_caps_users_in_flight_and_context(tmp_path):
     assert max(g["in_flight_at_receive"] for g in gt if "-probe-" not in g["request_id"]) <= 3
     assert all(t["context_tokens"] + 16 <= 2200 for t in turns)
     assert max(t["turn"] for t in turns) < 5  # the cap stopped every user early
-    entry = manifest["phases"][0]
+    entry = manifest["phases"][0]["sessions"]
     assert entry["stopped_at_context_cap"] == 10 and entry["max_in_flight"] <= 3
+    assert manifest["load"]["kind"] == "sessions-open" and manifest["load"]["concurrency"] == 3
 
 
 async def test_report_and_compare_on_two_sessions_runs(tmp_path):
     """The report of a sessions run has its per-turn section and four plots; compare takes two runs."""
-    from kvbench.report.render import compare_runs, write_report
+    from kvbench.report.compare import compare_runs
+    from kvbench.report.render import write_report
 
     small = _knobs(
         users=3,
@@ -167,7 +169,7 @@ async def test_report_and_compare_on_two_sessions_runs(tmp_path):
     runs = []
     for seed in (0, 1):
         outcome, _, _ = await run(
-            tmp_path / f"r{seed}", **small, **{"sessions.seed": seed, "output.max_tokens": 8}
+            tmp_path / f"r{seed}", **small, **{"test.seed": seed, "output.max_tokens": 8}
         )
         assert outcome.exit_code == 0
         write_report(outcome.run_dir, quiet=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvbench.session_rows import TurnRow, per_turn, serving_tier, turn_table_lines
+from kvbench.results.turns import TurnRow, per_turn, serving_tier, turn_table_lines
 
 
 def test_serving_tier():

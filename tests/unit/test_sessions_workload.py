@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from kvbench.load_sessions import (
+from kvbench.load.sessions import (
     Conversation,
     chat_body,
     content_counter,
@@ -18,7 +18,8 @@ from kvbench.load_sessions import (
     stream_of,
 )
 from kvbench.mock.tokenizer import chat_tokens
-from kvbench.sessions_section import SessionsKnobs, ThinkTime
+from kvbench.scenario import SessionsSection as SessionsKnobs
+from kvbench.scenario.sessions import ThinkTime
 
 
 def test_plan_is_seeded_and_shaped():

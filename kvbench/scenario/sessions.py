@@ -1,4 +1,5 @@
-"""The `sessions` test's knobs: multi-turn conversations, each turn resending the whole history.
+"""The `sessions` test's knobs (SessionsSection in testtypes.py; its parts here): multi-turn
+conversations, each turn resending the whole history.
 
     test:
       kind: sessions
@@ -39,14 +40,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from kvbench.scenario.sections import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TurnsRange(_Strict):
+class TurnsRange(Strict):
     min: int = Field(..., ge=1, le=10_000, description="Fewest turns a user takes.")
     max: int = Field(..., ge=1, le=10_000, description="Most turns a user takes.")
 
@@ -57,7 +56,7 @@ class TurnsRange(_Strict):
         return self
 
 
-class ThinkTime(_Strict):
+class ThinkTime(Strict):
     distribution: Literal["fixed", "uniform", "exponential"] = Field(
         "exponential",
         description="fixed: always mean_s; uniform: in [min_s, max_s]; exponential: mean_s, "
@@ -87,53 +86,3 @@ class ThinkTime(_Strict):
         if self.long_probability > 0 and self.long_s <= 0:
             raise ValueError("long_s: must be > 0 when long_probability is set")
         return self
-
-
-class SessionsKnobs(_Strict):
-    """The sessions test's own section (registered as `test: {kind: sessions, ...}`)."""
-
-    users: int = Field(8, ge=1, le=100_000, description="Conversations (users) in a phase.")
-    turns: int | TurnsRange = Field(
-        4, description="Turns per user: an int, or {min, max} drawn uniformly per user (seeded)."
-    )
-    system_prompt_tokens: int = Field(
-        1000, ge=0, le=1_000_000, description="System prompt shared by every user, tokens (0: none)."
-    )
-    first_message_tokens: int = Field(500, ge=1, le=1_000_000, description="The first user message, tokens.")
-    turn_tokens: int = Field(
-        100, ge=1, le=1_000_000, description="Each later user message, tokens (the answer comes before it)."
-    )
-    think_time: ThinkTime = Field(default_factory=ThinkTime, description="Pause before each later turn.")
-    active_users: int | None = Field(
-        None,
-        ge=1,
-        le=100_000,
-        description="Users holding a conversation at once (closed loop; a finished user is replaced "
-        "by the next). Also the cap of the open loop. Default: all users at once.",
-    )
-    arrival_rate_per_s: float | None = Field(
-        None, gt=0, description="Open loop: new users per second (null: closed loop)."
-    )
-    arrivals: Literal["poisson", "constant"] = Field(
-        "poisson", description="Open loop: inter-arrival distribution of new users."
-    )
-    max_context_tokens: int = Field(
-        130_000,
-        ge=16,
-        description="A user stops before a turn whose history would pass this (the published maximum is "
-        "130,000); the model's context length caps it too.",
-    )
-    seed: int = Field(0, description="Seed for turn counts, pauses, arrivals and message text.")
-    baseline: bool = Field(
-        False,
-        description="Also replay every session with a fresh salt per turn (`--baseline`): the same "
-        "messages, nothing reusable, the no-reuse TTFT to set beside each cached turn.",
-    )
-
-    @property
-    def max_active(self) -> int:
-        return min(self.active_users or self.users, self.users)
-
-    @property
-    def max_turns(self) -> int:
-        return self.turns if isinstance(self.turns, int) else self.turns.max

@@ -11,7 +11,7 @@ replaced by the next), an open loop lets users arrive at `arrival_rate_per_s`, a
 `active_users` at once, so never more requests are in flight than that. A user sends a turn,
 waits for the answer, appends it as the assistant message, builds and counts the next turn
 with the server's /tokenize while it "thinks", then sleeps the rest of its pause. Each turn is
-a row of requests.jsonl and of turns.jsonl (kvbench.session_rows).
+a row of requests.jsonl and of turns.jsonl (kvbench.results.turns).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from kvbench.load import WorkItem, run_closed_loop, run_open_loop
-from kvbench.load_sessions import (
+from kvbench.load.prompts import Prompt, make_salt
+from kvbench.load.schedule import WorkItem, run_closed_loop, run_open_loop
+from kvbench.load.sessions import (
     ContentCounter,
     Conversation,
     SessionPlan,
@@ -35,17 +36,17 @@ from kvbench.load_sessions import (
     plan_sessions,
     stream_of,
 )
-from kvbench.prompts import Prompt, make_salt
-from kvbench.run_context import phase_entry
-from kvbench.session_rows import TURNS, TurnRow, per_turn, serving_tier, turn_table_lines
-from kvbench.sessions_section import SessionsKnobs
-from kvbench.sessions_tiers import CounterWindow, GroundTruthTail, SendCounter
+from kvbench.results.schema import Label, LoadShape, SessionsPhase
+from kvbench.results.turns import TURNS, TurnRow, per_turn, serving_tier, turn_table_lines
+from kvbench.run.context import phase_entry
+from kvbench.run.sessions_tiers import CounterWindow, GroundTruthTail, SendCounter
+from kvbench.scenario import SessionsSection
 from kvbench.tokenize import server_token_counter
 
 if TYPE_CHECKING:
     from kvbench.client import RequestRecord
-    from kvbench.results import JsonlWriter
-    from kvbench.run_context import Run
+    from kvbench.results.files import JsonlWriter
+    from kvbench.run.context import Run
 
 MESSAGE_COUNT_PARALLEL = 8
 GROUND_TRUTH = "mock_ground_truth.jsonl"
@@ -63,7 +64,7 @@ class SessionTexts:
 
 
 async def build_texts(
-    knobs: SessionsKnobs, plans: list[SessionPlan], count: ContentCounter | None
+    knobs: SessionsSection, plans: list[SessionPlan], count: ContentCounter | None
 ) -> SessionTexts:
     """The system prompt and every user message, each at its token target (server-counted)."""
     sem = asyncio.Semaphore(MESSAGE_COUNT_PARALLEL)
@@ -113,7 +114,7 @@ class Phase:
     plans: list[SessionPlan]
     texts: SessionTexts
     name: str
-    label: str
+    label: Label
     rep: int
     writer: JsonlWriter
     count_messages: MessagesCounter | None
@@ -153,6 +154,7 @@ class Phase:
         n_turns = plan.turns if self.replay is None else self.replay_turns.get(s, 0)
         prev_end: int | None = None
         prev_ctx: int | None = None
+        prev_out = 0
         for k in range(n_turns):
             user = self.texts.users[s][k]
             if self.replay is not None:  # the cached phase's history, a fresh salt every turn
@@ -161,7 +163,10 @@ class Phase:
             else:
                 msgs, pieces = conv.turn(user)
             ctx = await self._count(msgs)  # during the user's pause: off the timed path
-            need = ctx if ctx is not None else (prev_ctx or 0) + (self.texts.user_tokens[s][k] or 0)
+            # uncounted (no messages /tokenize): the last prompt, its answer and the new message
+            need = (
+                ctx if ctx is not None else (prev_ctx or 0) + prev_out + (self.texts.user_tokens[s][k] or 0)
+            )
             if need + self.run.client.cfg.max_tokens > self.cap:
                 self.stopped_at_cap += 1
                 break
@@ -174,6 +179,7 @@ class Phase:
             if not rec.ok:
                 break
             prev_ctx = row["context_tokens"] or row["prompt_tokens_server"]
+            prev_out = rec.output_tokens or 0
             conv.add("user", user)
             conv.add("assistant", rec.output_text)
             self.turns_done[s] = k + 1
@@ -214,7 +220,7 @@ class Phase:
         exact = source in ("mock_ground_truth", "counters")
         row = TurnRow(
             phase=self.name,
-            label=self.label,
+            label=str(self.label),
             session_id=s,
             turn=k,
             request_id=rec.request_id,
@@ -268,7 +274,7 @@ def _ms(a: int | None, b: int | None) -> float | None:
     return None if a is None or b is None else (a - b) / 1e6
 
 
-async def run_phase(run: Run, phase: Phase, knobs: SessionsKnobs) -> None:
+async def run_phase(run: Run, phase: Phase, knobs: SessionsSection) -> None:
     """Run every user of a phase under the closed or open loop; record the phase entry."""
     plans = phase.plans
     total = sum(p.turns for p in plans) if phase.replay is None else sum(phase.replay_turns.values())
@@ -294,21 +300,24 @@ async def run_phase(run: Run, phase: Phase, knobs: SessionsKnobs) -> None:
         phase.rep,
         started,
         ended=ended,
-        users=len(plans),
-        turns=len(phase.rows),
-        max_in_flight=phase.sends.max_in_flight,
-        stopped_at_context_cap=phase.stopped_at_cap,
+        sessions=SessionsPhase(
+            users=len(plans),
+            turns=len(phase.rows),
+            active_users=knobs.max_active,
+            max_in_flight=phase.sends.max_in_flight,
+            stopped_at_context_cap=phase.stopped_at_cap,
+        ),
     )
-    run.rd.manifest["phases"].append(entry)
-    run.rd.save_manifest()
+    run.add_phase(entry)
 
 
 async def run_sessions(run: Run, prompts: list[Prompt]) -> None:
     """The test's plan: texts, then per repetition a cached phase and (--baseline) its replay."""
     scn = run.scn
-    knobs = scn.sessions
-    baseline = knobs.baseline or scn.baseline
+    knobs = scn.test
+    assert isinstance(knobs, SessionsSection)
     plans = plan_sessions(knobs)
+    run.rd.update(load=_load_shape(knobs, plans, run.client.cfg.max_tokens))
     one = await server_token_counter(run.http, run.target.model, run.target.engine, "chat")
     t0 = time.perf_counter()
     texts = await build_texts(knobs, plans, content_counter(one) if one else None)
@@ -325,22 +334,22 @@ async def run_sessions(run: Run, prompts: list[Prompt]) -> None:
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
 
-    def phase(name: str, label: str, rep: int, **kw: Any) -> Phase:
+    def phase(name: str, label: Label, rep: int, **kw: Any) -> Phase:
         return Phase(run, plans, texts, name, label, rep, writer, count_messages, gt, cap, **kw)
 
     try:
         for rep in range(scn.repetitions):
             sfx = f"-r{rep + 1}" if scn.repetitions > 1 else ""
             await run.reset()
-            cached = phase(f"cached{sfx}", "cached", rep, salt=run.new_salt())
+            cached = phase(f"cached{sfx}", Label.CACHED, rep, salt=run.new_salt())
             await run_phase(run, cached, knobs)
             rows += cached.rows
             notes.append(_phase_note(cached, knobs))
-            if baseline:
+            if knobs.baseline:
                 await run.reset()
                 base = phase(
                     f"baseline{sfx}",
-                    "baseline",
+                    Label.BASELINE,
                     rep,
                     replay=cached.convs,
                     replay_turns=dict(cached.turns_done),
@@ -353,10 +362,23 @@ async def run_sessions(run: Run, prompts: list[Prompt]) -> None:
     run.summary_lines = [*turn_table_lines(per_turn(rows)), *notes]
 
 
-def _phase_note(phase: Phase, knobs: SessionsKnobs) -> str:
+def _phase_note(phase: Phase, knobs: SessionsSection) -> str:
     sources = sorted({r["tier_source"] for r in phase.rows})
     cap = f", {phase.stopped_at_cap} stopped at the context cap" if phase.stopped_at_cap else ""
     return (
         f"{phase.name}: {len(phase.rows)} turns, at most {phase.sends.max_in_flight} in flight "
         f"(active users {knobs.max_active}){cap}; tier from {', '.join(sources) or '-'}"
+    )
+
+
+def _load_shape(knobs: SessionsSection, plans: list[SessionPlan], max_tokens: int) -> LoadShape:
+    """The manifest's load: users at once (closed loop) or arriving (open loop), turns per phase."""
+    return LoadShape(
+        kind="sessions-open" if knobs.arrival_rate_per_s else "sessions-closed",
+        concurrency=knobs.max_active,
+        rate=knobs.arrival_rate_per_s,
+        requests=sum(p.turns for p in plans),
+        prompt_count=len(plans),
+        lengths=[knobs.system_prompt_tokens + knobs.first_message_tokens, knobs.turn_tokens],
+        max_tokens=max_tokens,
     )

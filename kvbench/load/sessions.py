@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from kvbench.prompts import VOCAB
-from kvbench.sessions_section import SessionsKnobs, ThinkTime
+from kvbench.load.prompts import VOCAB
+from kvbench.scenario import SessionsSection
+from kvbench.scenario.sessions import ThinkTime
 
 _VOCAB_ARR = np.array(VOCAB, dtype=object)
 _SYSTEM = 0x5E55  # stream ids: the system prompt, and (user, turn) messages below
@@ -83,7 +84,7 @@ def arrival_offsets(rate: float, n: int, kind: str, rng: np.random.Generator) ->
     return np.cumsum(gaps).tolist()
 
 
-def plan_sessions(knobs: SessionsKnobs) -> list[SessionPlan]:
+def plan_sessions(knobs: SessionsSection) -> list[SessionPlan]:
     """Every user's turn count and pauses (and arrival, open loop), from knobs.seed alone."""
     rng = np.random.default_rng([knobs.seed, 0x5E5510])
     n = knobs.users
