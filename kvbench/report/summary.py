@@ -138,7 +138,7 @@ class RunInfo(_Model):
     run_id: str = F("run id (the run directory's name)")
     run_dir: str = F("run directory as given")
     scenario: str | None = F("scenario name")
-    test: str | None = F("test type: ttft | throughput")
+    test: str | None = F("test type: ttft | throughput | sessions")
     status: str = F("manifest status")
     status_text: str = F("status in words (with the error of a failed run)")
     started_at: str | None = F("UTC start")
@@ -187,6 +187,9 @@ class RunSummary(_Model):
     notes: list[str] = F("what the reader must know about this run's data")
     published: PublishedComparison | None = F("measured vs published, when the run names a dataset")
     plots: list[str] = F("PNG files written next to the report", default=[])
+    sessions: dict[str, Any] | None = F(
+        "sessions test: per_turn and per_tier tables from turns.jsonl (report.sessions)", default=None
+    )
 
 
 def simulated_banner(run: RunManifest) -> str | None:
@@ -285,6 +288,11 @@ def build_summary(
     if why_not:
         notes.append(why_not)
     summary = summary.model_copy(update={"published": comparison, "notes": notes})
+    if run.test == "sessions":
+        from kvbench.report.sessions import turns_summary
+
+        # users' pauses pace a sessions phase: its req/s ratio to the baseline says nothing
+        summary = summary.model_copy(update={"sessions": turns_summary(run.run_dir), "throughput": None})
     return summary, df, _read_noise(run.run_dir)
 
 
