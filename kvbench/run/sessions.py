@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from kvbench.engines.tokenize import server_token_counter
 from kvbench.load.prompts import Prompt, make_salt
 from kvbench.load.schedule import WorkItem, run_closed_loop, run_open_loop
 from kvbench.load.sessions import (
@@ -41,7 +42,6 @@ from kvbench.results.turns import TURNS, TurnRow, per_turn, serving_tier, turn_t
 from kvbench.run.context import phase_entry
 from kvbench.run.sessions_tiers import CounterWindow, GroundTruthTail, SendCounter
 from kvbench.scenario import SessionsSection
-from kvbench.tokenize import server_token_counter
 
 if TYPE_CHECKING:
     from kvbench.client import RequestRecord
@@ -261,7 +261,7 @@ class Phase:
         return {}, "unavailable"
 
     async def _scrape(self) -> dict[Any, float] | None:
-        from kvbench.telemetry import parse_metrics
+        from kvbench.engines.telemetry import parse_metrics
 
         try:
             status, text = await self.run.http.get_text("/metrics")

@@ -123,7 +123,7 @@ class CounterWindow:
         after = await self.scrape()
         if after is None or self.sends.sends != self._sends_at_start + 1:
             return {}, "overlapped"
-        from kvbench.telemetry import counter_deltas
+        from kvbench.engines.telemetry import counter_deltas
 
         hits = self.adapter.tier_hits(counter_deltas(self._before, after))
         return {k: v for k, v in hits.items() if v}, "counters"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench.cache import TargetHTTP
+from kvbench.client.control import ControlClient
 from kvbench.errors import KvbenchError, TargetUnreachable
 from kvbench.load.prompts import Prompt
 from kvbench.load.schedule import WorkItem, work_items
@@ -171,7 +171,7 @@ async def between_phases(run: Run) -> None:
         run.rd.update(target=manifest.target.model_copy(update={"base_url_after": run.http.base_url}))
 
 
-async def wait_healthy(http: TargetHTTP, timeout_s: float) -> None:
+async def wait_healthy(http: ControlClient, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(Exception):

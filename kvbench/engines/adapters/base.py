@@ -30,7 +30,7 @@ from kvbench.errors import KvbenchError
 
 
 class ControlHTTP(Protocol):
-    """The untimed JSON client an adapter talks through (today `kvbench.cache.TargetHTTP`)."""
+    """The untimed JSON client an adapter talks through (today `kvbench.client.control.ControlClient`)."""
 
     base_url: str
     headers: dict[str, str]
