@@ -64,6 +64,11 @@ class LlamacppAdapter(EngineAdapter):
     hit_counters = ("llamacpp:prompt_tokens_cached_total",)
     source_counters = ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")
     metric_prefixes = ("llamacpp:",)
+    # llama-server --metrics: seconds spent on prompt processing and on generation, all slots
+    time_counters: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "prefill": ("llamacpp:prompt_seconds_total",),
+        "decode": ("llamacpp:tokens_predicted_seconds_total",),
+    }
     owned_by_words = ("llamacpp", "llama.cpp")
     metric_words = ("llamacpp:",)
     detect_order = 40
