@@ -17,7 +17,8 @@ RUN_HELP = """Run a scenario (a name from scenarios/ or a path) and write a run 
 \b
   kvbench run ttft                         TTFT cold vs cached, against the embedded mock
   kvbench run throughput --baseline        cached vs no-reuse baseline, 200 requests / 28 connections
-  kvbench run throughput --noisy           quiet, then noisy (background traffic during the phase)
+  kvbench run throughput --noisy           quiet/noisy pairs on the same filled cache (published reading)
+  kvbench run throughput --noisy --empty-cache   the same, each phase from an empty cache
   kvbench run ttft --base-url http://127.0.0.1:8000 --model my-model
 
 With no --base-url (and none in the scenario) kvbench starts its mock server and
@@ -68,6 +69,7 @@ def build_overrides(**flags: Any) -> dict[str, Any]:
         "retries": "retries",
         "max_error_rate": "max_error_rate",
         "prompt_count": "prompts.count",
+        "pairs": "noisy.pairs",
     }
     out: dict[str, Any] = {}
     for flag, key in mapping.items():
@@ -79,6 +81,8 @@ def build_overrides(**flags: Any) -> dict[str, Any]:
         out["baseline"] = True
     if flags.get("noisy"):
         out["noisy.enabled"] = True
+    if flags.get("empty_cache"):
+        out["noisy.cache_start"] = "cold"
     out.update(_parse_set(flags.get("set_values") or []))
     return out
 
@@ -99,7 +103,26 @@ def register(app: typer.Typer) -> None:
         mock_profile: Annotated[
             str | None, typer.Option(help="Mock profile when no server is named (ci, ibm-g4, laptop, ...).")
         ] = None,
-        noisy: Annotated[bool, typer.Option("--noisy", help="Throughput: quiet then noisy phases.")] = False,
+        noisy: Annotated[
+            bool,
+            typer.Option(
+                "--noisy",
+                help="Throughput: alternating quiet/noisy pairs, all reading the same filled cache "
+                "(the published reading); the report gives the effect with its interval.",
+            ),
+        ] = False,
+        empty_cache: Annotated[
+            bool,
+            typer.Option(
+                "--empty-cache",
+                help="With --noisy: the empty-cache variant, each phase starts from an empty cache "
+                "(noisy.cache_start=cold).",
+            ),
+        ] = False,
+        pairs: Annotated[
+            int | None,
+            typer.Option(help="With --noisy: quiet/noisy pairs (default 4; 2 with --empty-cache)."),
+        ] = None,
         baseline: Annotated[
             bool, typer.Option("--baseline", help="Throughput: also the no-reuse baseline.")
         ] = False,
@@ -132,6 +155,8 @@ def register(app: typer.Typer) -> None:
             engine=engine,
             mock_profile=mock_profile,
             noisy=noisy,
+            empty_cache=empty_cache,
+            pairs=pairs,
             baseline=baseline,
             lengths=lengths,
             prompt_count=prompt_count,

@@ -263,15 +263,61 @@ Noise = Annotated[NoNoise | TcpNoise | Iperf3Noise | FioNoise, Field(discriminat
 
 
 class Noisy(Strict):
+    """Quiet/noisy pairs of the throughput test (`--noisy`).
+
+    By default the published reading: one unmeasured fill of every prompt, then alternating
+    quiet and noisy phases (ABBA: quiet-noisy, noisy-quiet, ...) that all read the same filled
+    cache, so the noise meets the cache reads it can slow. The empty-cache variant
+    (`cache_start: cold`, `--empty-cache`) starts each phase from an empty cache instead: the
+    phase then includes the fill, usually bound by prefill compute, which noise cannot slow.
+    """
+
     enabled: bool = Field(False, description="Run quiet and noisy phases as pairs (`--noisy`).")
-    order: Literal["quiet_first", "noisy_first"] = Field("quiet_first", description="Order within a pair.")
-    pairs: int = Field(1, gt=0, le=100, description="Quiet/noisy pairs, interleaved.")
-    cache_start: Literal["cold", "filled"] = Field(
-        "cold",
-        description="cold: each quiet and noisy phase starts from an empty cache (the fill is measured); "
-        "filled: an unmeasured quiet fill phase (every prompt once) precedes each, so the measured "
-        "phase reads everything from the cache, the published 'same 200 cached requests' reading.",
+    order: Literal["alternate", "quiet_first", "noisy_first"] = Field(
+        "alternate",
+        description="Order within a pair; alternate = quiet first in odd pairs, noisy first in even "
+        "ones (ABBA), so a drift of the machine falls on both sides.",
     )
+    pairs: int | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="Quiet/noisy pairs; absent = 4 from a filled cache, 2 from an empty one "
+        "(each empty-cache phase recomputes its fill). The effect's interval needs two or more.",
+    )
+    cache_start: Literal["cold", "filled"] = Field(
+        "filled",
+        description="filled (the published 'same cached requests' reading): an unmeasured fill of "
+        "every prompt, then every quiet and noisy phase reads the same filled cache; cold (the "
+        "empty-cache variant, `--empty-cache`): each phase starts from an empty cache and its fill "
+        "is measured.",
+    )
+    refill: bool = Field(
+        False, description="filled only: fill again (new salt, reset) before every phase, not once."
+    )
+    settle_s: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description="Pause after a noisy phase so the traffic has drained before the next phase.",
+    )
+    min_effect_pct: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Smallest change in time per request the report calls distinguishable (%).",
+    )
+    capacity_bytes_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="Capacity of the resource the noise competes for (fabric or storage), B/s: the "
+        "report shows the noise's share of it (the mock states its own).",
+    )
+
+    def resolved_pairs(self) -> int:
+        if self.pairs is not None:
+            return self.pairs
+        return 4 if self.cache_start == "filled" else 2
 
 
 class BetweenPhases(Strict):

@@ -85,6 +85,9 @@ class PhaseAttribution(_Model):
         None, description="competing traffic at the resource while the requests ran (mock: modelled)"
     )
     capacity_bytes_per_s: float | None = Field(None, description="the resource's capacity, when known")
+    left_bytes_per_s: float | None = Field(
+        None, description="what the noise left of the resource for the cache reads (mock: G4 link), mean"
+    )
     notes: list[str] = Field(default_factory=list, description="what the reader must know")
 
 
@@ -105,6 +108,8 @@ class NoiseExplanation(_Model):
     noise_where: str = Field(description="how the achieved rate was measured")
     capacity_bytes_per_s: float | None = Field(None, description="the resource's capacity, B/s")
     utilisation: float | None = Field(None, description="noise_bytes_per_s / capacity_bytes_per_s")
+    quiet_left_bytes_per_s: float | None = Field(None, description="bandwidth the quiet reads could use")
+    noisy_left_bytes_per_s: float | None = Field(None, description="bandwidth the noise left the reads")
     could_matter: bool | None = Field(
         None, description="False when the quiet share is below SMALL_SHARE: the noise could not matter much"
     )
@@ -140,6 +145,7 @@ def ground_truth_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "gt_onboard_ms": onboard,
             "gt_noise_bytes_per_s": float(r.get("fabric_noise_bytes_per_s") or 0.0),
             "gt_fabric_bytes_per_s": r.get("fabric_capacity_bytes_per_s"),
+            "gt_g4_link_bytes_per_s": r.get("g4_link_bytes_per_s"),
             "gt_has_links": bool(r.get("onboard_ms_by_link")) or onboard <= 0,
         }
         for t in TIERS:
@@ -179,6 +185,7 @@ def attribute_requests(requests: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFr
     out["has_links"] = j["gt_has_links"]
     out["noise_bytes_per_s"] = j["gt_noise_bytes_per_s"]
     out["capacity_bytes_per_s"] = j["gt_fabric_bytes_per_s"]
+    out["left_bytes_per_s"] = j["gt_g4_link_bytes_per_s"]
     return out.reset_index(drop=True)
 
 
@@ -210,6 +217,7 @@ def from_ground_truth(per_request: pd.DataFrame) -> list[PhaseAttribution]:
         comps = {c: float(g[c].sum()) / 1e3 for c in (*GT_COMPONENTS, *RESIDUALS)}
         links = {link: float(g[f"link_{link}"].sum()) / 1e3 for link in LINKS} if g["has_links"].all() else {}
         cap = g["capacity_bytes_per_s"].dropna()
+        left = g["left_bytes_per_s"].dropna()
         notes = []
         if comps["server_other"] + comps["transport"] > 0.2 * float(g["e2e_ms"].sum()) / 1e3:
             notes.append(
@@ -227,6 +235,7 @@ def from_ground_truth(per_request: pd.DataFrame) -> list[PhaseAttribution]:
                 links_s=links,
                 noise_bytes_per_s=float(g["noise_bytes_per_s"].mean()),
                 capacity_bytes_per_s=float(cap.iloc[0]) if len(cap) else None,
+                left_bytes_per_s=float(left.mean()) if len(left) else None,
                 notes=notes,
             )
         )
@@ -378,6 +387,8 @@ def explain_noise(
         rate = sender_bytes_per_s
         where = "as sent by the noise generator" if rate else "not measured"
     cap = caps[0] if caps else capacity_bytes_per_s
+    q_left = [p.left_bytes_per_s for p in q if p.left_bytes_per_s]
+    n_left = [p.left_bytes_per_s for p in n if p.left_bytes_per_s]
     util = rate / cap if rate is not None and cap else None
     could = None if q_share is None else q_share >= SMALL_SHARE
     sentence = _sentence(resource, tiers, q_share, n_share, q_bound, top, qs, rate, cap, util)
@@ -394,6 +405,8 @@ def explain_noise(
         noise_where=where,
         capacity_bytes_per_s=cap,
         utilisation=util,
+        quiet_left_bytes_per_s=sum(q_left) / len(q_left) if q_left else None,
+        noisy_left_bytes_per_s=sum(n_left) / len(n_left) if n_left else None,
         could_matter=could,
         sentence=sentence,
     )

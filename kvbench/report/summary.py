@@ -306,6 +306,11 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def _pair_key(meta: dict[str, dict[str, Any]], phase: str) -> str | None:
+    m = meta.get(phase, {})
+    return None if m.get("pair") is None else f"{m['pair']}-r{m.get('repetition', 0)}"
+
+
 def _noise_fields(
     run: RunManifest, df: pd.DataFrame, phase_list: list[Any], impact: NoiseImpact | None
 ) -> dict[str, Any]:
@@ -335,7 +340,7 @@ def _noise_fields(
             "label": p.label,
             "duration_s": p.duration_s,
             "ok": p.ok,
-            "pair": meta.get(p.phase, {}).get("pair"),
+            "pair": _pair_key(meta, p.phase),
         }
         for p in phase_list
     ]
