@@ -2,7 +2,7 @@
 
     python benchmarks/prompt_build.py BASE_URL N T   -> one JSON line {"build_s", "exact", ...}
 
-Uses kvbench.tokenize.server_token_counter + kvbench.prompts.bounded_counter/build_prompts
+Uses kvbench.tokenize.server_token_counter + kvbench.load.prompts.bounded_counter/build_prompts
 (what runner.make_prompt_set calls); the clock covers build_prompts only.
 """
 
@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-from kvbench.cache import TargetHTTP
 from kvbench.client import make_session
-from kvbench.prompts import bounded_counter, build_prompts, make_salt
+from kvbench.client.control import ControlClient as TargetHTTP
+from kvbench.load.prompts import bounded_counter, build_prompts, make_salt
 from kvbench.tokenize import server_token_counter
 
 

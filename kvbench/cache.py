@@ -18,11 +18,9 @@ package.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-import aiohttp
-
+from kvbench.client.control import ControlClient as TargetHTTP
 from kvbench.engines.adapters import REGISTRY, EngineAdapter, detect_engine, get_adapter
 
 __all__ = [
@@ -39,42 +37,6 @@ __all__ = [
 # the registry itself (not a copy): an adapter registered later is found here too
 ADAPTERS: dict[str, EngineAdapter] = REGISTRY
 CacheAdapter = EngineAdapter
-
-
-@dataclass
-class TargetHTTP:
-    """Small JSON helper over the run's session, for everything that is not a timed request."""
-
-    session: aiohttp.ClientSession
-    base_url: str
-    headers: dict[str, str]
-    timeout_s: float = 30.0
-
-    async def request(self, method: str, path: str, json_body: Any = None) -> tuple[int, Any]:
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with self.session.request(
-            method, self.base_url + path, json=json_body, headers=self.headers, timeout=timeout
-        ) as resp:
-            text = await resp.text(errors="replace")
-            try:
-                import json
-
-                body: Any = json.loads(text) if text else None
-            except ValueError:
-                body = text
-            return resp.status, body
-
-    async def post_bytes(self, path: str, json_body: Any) -> tuple[int, bytes]:
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with self.session.post(
-            self.base_url + path, json=json_body, headers=self.headers, timeout=timeout
-        ) as resp:
-            return resp.status, await resp.read()
-
-    async def get_text(self, path: str) -> tuple[int, str]:
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with self.session.get(self.base_url + path, headers=self.headers, timeout=timeout) as resp:
-            return resp.status, await resp.text(errors="replace")
 
 
 async def llamacpp_slots(http: TargetHTTP) -> list[int]:

@@ -51,34 +51,28 @@ def _register_subcommands() -> None:
     if _state.get("registered"):
         return
     _state["registered"] = True
-    from kvbench import commands_run
+    from kvbench.run import commands as run_commands
 
-    commands_run.register(app)
+    run_commands.register(app)
     for module_name in (
         "kvbench.mock.commands",
         "kvbench.report.commands",
         "kvbench.audit.commands",
         "kvbench.noise.commands",
         "kvbench.engines.commands",
+        "kvbench.lab.commands",
     ):
-        try:
-            module = __import__(module_name, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that area is not built yet
-            raise
-        module.register(app)
+        __import__(module_name, fromlist=["register"]).register(app)
 
 
 def main() -> None:
     _register_subcommands()
-    verbose = "--verbose" in sys.argv or "-v" in sys.argv[1:2]
     try:
         rc = app(standalone_mode=False)
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except KvbenchError as exc:
-        if verbose:
+        if _state["verbose"]:
             raise
         for line in exc.lines():
             print(f"kvbench: {line}", file=sys.stderr)
@@ -96,7 +90,7 @@ def main() -> None:
         if hasattr(exc, "show") and isinstance(code, int):
             exc.show()
             sys.exit(code)
-        if verbose:
+        if _state["verbose"]:
             raise
         print(f"kvbench: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)", file=sys.stderr)
         sys.exit(1)

@@ -2,7 +2,8 @@
 
 KvbenchError            exit 1, one line, no traceback unless --verbose
 ├── UsageError          exit 2, bad CLI value or bad input file
-│   └── ScenarioError   exit 2, one `field.path: message` line per problem
+│   └── ConfigFileError exit 2, one `field.path: message` line per problem (any input file)
+│       └── ScenarioError        ... in a scenario
 └── TargetUnreachable   exit 3, the server refused before the first phase
 """
 
@@ -24,8 +25,8 @@ class UsageError(KvbenchError):
     exit_code = 2
 
 
-class ScenarioError(UsageError):
-    """A scenario that does not validate; carries one line per problem."""
+class ConfigFileError(UsageError):
+    """An input file (or its --set overrides) that does not validate; one line per problem."""
 
     def __init__(self, problems: list[str], source: str | None = None) -> None:
         self.problems = problems
@@ -35,6 +36,10 @@ class ScenarioError(UsageError):
     def lines(self) -> list[str]:
         prefix = f"{self.source}: " if self.source else ""
         return [prefix + p for p in self.problems]
+
+
+class ScenarioError(ConfigFileError):
+    """A scenario that does not validate."""
 
 
 class TargetUnreachable(KvbenchError):

@@ -1,9 +1,17 @@
-"""The server under test: start the embedded mock when none is named, check it answers, learn what it is."""
+"""The server under test: start the embedded mock when none is named, check it answers, learn what it is.
+
+Preflight ends with one real streaming request through the timed transport: the untimed calls
+and the timed requests must see the server the same way (credentials, redirects, compression,
+streaming), and a server that answers the one but not the other stops the run here, exit 3,
+instead of turning every measured request into an error row.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,11 +19,16 @@ from typing import Any
 
 import aiohttp
 
+from kvbench.baseurl import REDACTED, BaseURL, redact_url
 from kvbench.cache import TargetHTTP, detect_engine
+from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body
 from kvbench.errors import TargetUnreachable, UsageError
 from kvbench.scenario import Scenario
 
-REDACTED = "<redacted>"
+# Probe failures that a healthy server also gives now and then (load, faults): the run goes on and
+# the rows will show them. Any other failure means the timed path cannot work: stop.
+_TRANSIENT = ("timeout_", "http_429", "http_5", "server_error", "stream_truncated", "bad_sse", "bad_json")
+PROBE_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -39,7 +52,7 @@ class TargetInfo:
     def manifest(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "base_url": self.base_url,
+            "base_url": redact_url(self.base_url),
             "model": self.model,
             "engine": self.engine,
             "api": self.api,
@@ -60,6 +73,16 @@ def request_headers(scn: Scenario, api_key_env: str | None) -> dict[str, str]:
         if not key:
             raise UsageError(f"target.api_key_env: environment variable {env_name} is not set")
         headers["Authorization"] = f"Bearer {key}"
+    url = scn.target.base_url
+    try:
+        has_credentials = bool(url) and BaseURL.parse(url or "").has_credentials
+    except ValueError as exc:
+        raise UsageError(f"target.base_url: {exc}") from None
+    if has_credentials and any(k.lower() == "authorization" for k in headers):
+        raise UsageError(
+            "target.base_url: credentials in the URL and an Authorization header (api_key_env or "
+            "target.headers) cannot both be sent; keep one"
+        )
     return headers
 
 
@@ -99,6 +122,8 @@ async def preflight(http: TargetHTTP, scn: Scenario) -> tuple[str, str | None, i
         raise TargetUnreachable(f"cannot reach {http.base_url}: {_why(exc)}") from None
     if status in (401, 403):
         raise TargetUnreachable(f"{http.base_url} refused the credentials (HTTP {status}); see --api-key-env")
+    if 300 <= status < 400:
+        raise TargetUnreachable(f"{http.base_url}/v1/models answered HTTP {status}, {body}")
     model = scn.target.model
     max_len: int | None = None
     if status == 200 and isinstance(body, dict) and body.get("data"):
@@ -118,7 +143,39 @@ async def preflight(http: TargetHTTP, scn: Scenario) -> tuple[str, str | None, i
         if vs == 200 and isinstance(vb, dict):
             version = str(vb.get("version") or vb)
     assert model is not None
+    await probe_timed(http, scn, model)
     return model, version, max_len
+
+
+async def probe_timed(http: TargetHTTP, scn: Scenario, model: str) -> RequestRecord:
+    """One short streaming request through the timed transport; exit 3 if that path cannot work."""
+    t = scn.target.timeouts
+    cfg = ClientConfig(
+        base_url=http.base_url,
+        model=model,
+        api=scn.target.api,
+        max_tokens=2,
+        temperature=scn.output.temperature,
+        ignore_eos=scn.output.ignore_eos,
+        first_token_timeout_s=min(t.first_token_s, PROBE_TIMEOUT_S),
+        total_timeout_s=min(t.total_s, PROBE_TIMEOUT_S),
+        idle_timeout_s=t.idle_s,
+        transport=scn.target.transport,
+    )
+    client = StreamingClient(cfg, http.session, time.perf_counter_ns(), http.headers)
+    try:
+        rec = await client.send(
+            RequestRecord(f"transport-probe-{secrets.token_hex(4)}"),
+            build_body(cfg, f"kvbench transport probe {secrets.token_hex(8)}: say hello."),
+        )
+    finally:
+        await client.aclose()
+    if not rec.ok and not (rec.error_type or "").startswith(_TRANSIENT):
+        raise TargetUnreachable(
+            f"{http.base_url}: /v1/models answers but a timed streaming request fails "
+            f"({client.transport.name} transport): {rec.error_type}: {rec.error_message}"
+        )
+    return rec
 
 
 def _why(exc: BaseException) -> str:

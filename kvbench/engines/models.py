@@ -47,7 +47,7 @@ class ModelSpec:
         cls, engine: str, *, seed: int = 0, layers: int | None = None, width: int | None = None
     ) -> ModelSpec:
         check_engine(engine)
-        from kvbench.prompts import VOCAB
+        from kvbench.load.prompts import VOCAB
 
         spec = cls(seed=seed, words=VOCAB)
         if layers is not None:

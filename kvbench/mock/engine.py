@@ -23,7 +23,8 @@ from typing import Any
 from kvbench.mock.cache import LookupResult, TieredKVCache
 from kvbench.mock.config import TIER_NAMES, FixedDelayProfile, TieredProfile
 from kvbench.mock.metrics import MockMetrics
-from kvbench.mock.timing import STAGE_LINK, ModelParams, SharedResource, split_onboarding
+from kvbench.mock.onboarding import STAGE_LINK, split_onboarding
+from kvbench.mock.timing import ModelParams, SharedResource
 from kvbench.mock.tokenizer import PromptInfo
 
 LOWER_TIERS = ("G2", "G3", "G4")  # the tiers a hit is onboarded from (G1 is already on the GPU)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvbench.report.attribution import COMPONENT_TEXT, NoiseExplanation, PhaseAttribution, pooled_shares
+from kvbench.report.attribution import COMPONENT_TEXT, PhaseAttribution, pooled_shares
 from kvbench.report.effect import NoiseEffect
 from kvbench.report.formats import Section, Table, fmt, fmt_ci
+from kvbench.report.noise_explain import NoiseExplanation
 from kvbench.report.summary import RunSummary
 
 COLD_NAME = "empty-cache variant (noisy.cache_start: cold): every phase starts from an empty cache"

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench.errors import UsageError
-from kvbench.report.attribution import NoiseExplanation, PhaseAttribution
+from kvbench.report.attribution import PhaseAttribution
 from kvbench.report.effect import NoiseEffect
 from kvbench.report.manifest import LoadShape, RunManifest, TimeScale, read_run_manifest
+from kvbench.report.noise_explain import NoiseExplanation
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -202,13 +203,17 @@ class RunSummary(_Model):
 
 
 def simulated_banner(run: RunManifest) -> str | None:
-    if not run.simulated:
-        return None
-    profile = run.mock_profile_name or "default"
-    return (
-        f"SIMULATED: these figures come from kvbench's mock server (profile {profile}), "
-        "not from real hardware."
-    )
+    """What the figures are not: a mock's model, or the kvbench lab's small real parts."""
+    if run.simulated:
+        profile = run.mock_profile_name or "default"
+        return (
+            f"SIMULATED: these figures come from kvbench's mock server (profile {profile}), "
+            "not from real hardware."
+        )
+    lab = run.raw.get("lab")
+    if isinstance(lab, dict) and lab.get("banner"):
+        return f"LAB: {lab['banner']}."
+    return None
 
 
 def _read_noise(run_dir: Path) -> list[dict[str, Any]]:
@@ -315,7 +320,7 @@ def _noise_fields(
     run: RunManifest, df: pd.DataFrame, phase_list: list[Any], impact: NoiseImpact | None
 ) -> dict[str, Any]:
     """attribution, noise_effect and noise_explained (report.attribution, report.effect)."""
-    from kvbench.report import attribution, effect
+    from kvbench.report import attribution, effect, noise_explain
 
     truth: list[dict[str, Any]] = []
     gt_path = run.run_dir / GROUND_TRUTH
@@ -346,7 +351,7 @@ def _noise_fields(
     ]
     kinds = [p.noise.get("kind") for p in phase_list if p.noise and p.noise.get("kind")]
     noisy = run.noisy_settings()
-    explained = attribution.explain_noise(
+    explained = noise_explain.explain_noise(
         attr,
         kinds[0] if kinds else None,
         sender_bytes_per_s=impact.noise_mean_bytes_per_s if impact is not None else None,

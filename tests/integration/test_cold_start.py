@@ -14,16 +14,17 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from kvbench.mock.faults import FaultDecision, FaultPlan
-from kvbench.mock.server import MockServer
+from kvbench.mock.server import MockApp, MockServer
 from kvbench.mock.spawn import spawned_mock
 from kvbench.results import read_manifest
-from kvbench.run_context import ColdUnverified
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.run.context import ColdUnverified
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
@@ -56,11 +57,23 @@ async def test_every_request_503_does_not_verify(tmp_path):
 
 
 async def test_failed_first_probe_then_clean_second_does_not_verify(tmp_path, monkeypatch):
-    # the 1st, 3rd, 5th... completion fails: every first probe, never a second one
+    # the 1st, 3rd, 5th... completion fails: every first probe, never a second one (preflight's
+    # timed probe, one per run, is answered and left out of the count)
     def odd_requests_fail(self: FaultPlan) -> FaultDecision:
+        if getattr(self, "request_id", "").startswith("transport-probe"):
+            return FaultDecision(self.count)
         self.count += 1
         return FaultDecision(self.count, error_status=503 if self.count % 2 else None)
 
+    from kvbench.mock import completions
+
+    complete = completions._complete
+
+    async def tagged(app: MockApp, request: web.Request, chat: bool, trace: Any) -> web.StreamResponse:
+        app.faults.request_id = trace.request_id  # type: ignore[attr-defined]
+        return await complete(app, request, chat, trace)
+
+    monkeypatch.setattr(completions, "_complete", tagged)
     monkeypatch.setattr(FaultPlan, "next", odd_requests_fail)
     async with MockServer(profile="ci") as mock:
         with pytest.raises(ColdUnverified, match="first probe failed"):

@@ -10,7 +10,7 @@ import pytest
 
 from kvbench.engines.adapters import EngineAdapter, engine_help, register
 from kvbench.results import read_jsonl, read_manifest
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow

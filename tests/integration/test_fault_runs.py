@@ -4,7 +4,7 @@ import pytest
 
 from kvbench.mock.spawn import spawned_mock
 from kvbench.results import load_run, read_manifest
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,8 @@ async def test_error_rate_within_budget_exits_zero(tmp_path):
 
 
 async def test_server_exiting_mid_run(tmp_path):
-    outcome, df, _manifest = await run_against(["exit_after_requests=2"], {}, tmp_path)
+    # request 1 is preflight's timed probe; the measured requests are 2 and on
+    outcome, df, _manifest = await run_against(["exit_after_requests=3"], {}, tmp_path)
     assert outcome.status == "complete" and len(df) == 6
     assert (df.status == "ok").sum() == 2
     assert set(df[df.status == "error"].error_type) <= {"connect_error", "stream_truncated"}
@@ -73,9 +74,10 @@ async def test_server_exiting_mid_run(tmp_path):
 
 
 async def test_retries_are_opt_in_and_recorded(tmp_path):
-    # one connection: the server's 2nd, 4th... requests fail, so each retry (the next request) succeeds
+    # one connection: the server's 3rd, 6th... requests fail (its 1st is preflight's timed probe),
+    # so each retry (the next request) succeeds
     overrides = {"retries": 2, "load.concurrency": 1}
-    _outcome, df, manifest = await run_against(["close_after_tokens=2", "every=2"], overrides, tmp_path)
+    _outcome, df, manifest = await run_against(["close_after_tokens=2", "every=3"], overrides, tmp_path)
     assert len(df) == 6 and (df.status == "ok").all()  # the final attempt is the row
     assert set(df.attempt) == {1, 2}
     assert manifest["options"]["retries"] == 2

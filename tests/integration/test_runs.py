@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbench.results import load_run, read_jsonl, read_manifest
-from kvbench.runner import RunOptions, run_scenario
+from kvbench.results import load_manifest, load_run, read_jsonl, read_manifest
+from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ async def test_throughput_closed_loop_never_exceeds_concurrency(tmp_path):
         "prompts.lengths": {"min": 2000, "max": 4000},
         "load.requests": 24,
         "load.concurrency": 5,
-        "baseline": True,
+        "test.baseline": True,
     }
     outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
     assert outcome.exit_code == 0
@@ -72,6 +72,10 @@ async def test_throughput_closed_loop_never_exceeds_concurrency(tmp_path):
     assert (cached.cached_tokens > 0).sum() >= 10  # second uses of the 12 prompts hit
     phases = {p["name"]: p for p in manifest["phases"]}
     assert phases["cached"]["requests_ok_per_s"] > phases["baseline"]["requests_ok_per_s"]
+    # the load shape is in the manifest, typed
+    shape = load_manifest(outcome.run_dir).load
+    assert shape is not None
+    assert (shape.kind, shape.concurrency, shape.requests, shape.prompt_count) == ("concurrent", 5, 24, 12)
     deltas = json.loads((outcome.run_dir / "metrics_deltas.json").read_text())
     hits = sum(v for k, v in deltas["cached"].items() if k.startswith("vllm:prefix_cache_hits_total"))
     assert hits == pytest.approx(cached.cached_tokens.sum(), rel=0.01)
@@ -83,7 +87,7 @@ async def test_persistence_fill_restart_measure_hits_g4(tmp_path):
         "prompts.lengths": [3000],
         "load.requests": 4,
         "load.concurrency": 2,
-        "between_phases.command": "@restart-mock",
+        "test.between_phases.command": "@restart-mock",
     }
     outcome, df, _manifest = await run(tmp_path, "throughput", **overrides)
     assert outcome.exit_code == 0
@@ -101,8 +105,8 @@ async def test_evicted_warm_hits_a_lower_tier(tmp_path, eviction):
         "target.mock_profile": "laptop",
         "target.mock_overrides": {"time_scale": 0.02},
         "prompts.lengths": [8000],
-        "cache.eviction": eviction,
-        "cache.filler_tokens": 64000,
+        "test.eviction": eviction,
+        "test.filler_tokens": 64000,
     }
     outcome, df, _manifest = await run(tmp_path, "ttft", **overrides)
     assert outcome.exit_code == 0
@@ -124,7 +128,7 @@ async def test_noisy_run_slows_g4_onboarding(tmp_path):
         "prompts.lengths": [20000],
         "load.requests": 16,
         "load.concurrency": 4,
-        "noisy.enabled": True,
+        "test.noisy.enabled": True,
     }
     outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
     assert outcome.exit_code == 0
@@ -165,8 +169,8 @@ async def test_noisy_from_a_filled_cache(tmp_path):
         "prompts.lengths": [20000],
         "load.requests": 12,
         "load.concurrency": 3,
-        "noisy.enabled": True,
-        "noisy.cache_start": "filled",
+        "test.noisy.enabled": True,
+        "test.noisy.cache_start": "filled",
     }
     outcome, df, manifest = await run(tmp_path, "throughput", **overrides)
     assert outcome.exit_code == 0

@@ -52,7 +52,7 @@ def _spm_tokenize(text: str, vocab: list[str]) -> list[str]:
 
 
 def test_prompt_words_are_one_token_each() -> None:
-    from kvbench.prompts import VOCAB, word_stream
+    from kvbench.load.prompts import VOCAB, word_stream
 
     vocab = tinyvocab.tokens(VOCAB)
     words = word_stream(0, 1, 300)

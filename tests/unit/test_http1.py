@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from kvbench.client import ClientConfig, RequestRecord, _Stream, build_body
-from kvbench.http1 import Exchange
+from kvbench.client import ClientConfig, RequestRecord, ResponseStream, build_body
+from kvbench.client.transport.http1 import Exchange
 
 EVENTS = [
     {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
@@ -56,14 +56,18 @@ def feed(pieces, lost=False):
         rec = RequestRecord("r")
         conn = FakeConn()
         ex = Exchange(
-            conn, _Stream(rec, ClientConfig(base_url="http://x", model="m")), loop.create_future(), 0
+            conn, ResponseStream(rec, ClientConfig(base_url="http://x", model="m")), loop.create_future(), 0
         )
         conn.ex = ex
         for p in pieces:
-            if not ex.finished.done():
+            if conn.ex is ex:  # after [DONE] the record is final, but the rest is still read for reuse
                 ex.received(time.perf_counter_ns(), p)
-        if lost:
+        if lost and conn.ex is ex:
+            conn.ex = None
             ex.lost(None)
+        if ex.finished.done() and not ex.finished.cancelled() and ex.finished.exception():
+            exc = ex.finished.exception()
+            rec.fail("client_error" if "Bad" in type(exc).__name__ else "stream_truncated", str(exc))
         return rec, conn, ex
     finally:
         loop.close()

@@ -6,10 +6,10 @@ import math
 import pandas as pd
 import pytest
 
-from kvbench.mock.timing import split_onboarding
-from kvbench.report import attribution, effect
+from kvbench.mock.onboarding import split_onboarding
+from kvbench.report import attribution, effect, noise_explain
+from kvbench.run.throughput import throughput_plan
 from kvbench.scenario import load_scenario
-from kvbench.throughput import throughput_plan
 
 # --------------------------------------------------------------------------- onboarding split
 
@@ -29,7 +29,10 @@ def test_onboarding_split_by_bytes_when_the_copy_bounds_mixed_tiers():
     tiers, links = split_onboarding(60.0, {"G3": 1.0, "G2": 2.0}, {"G2": 1e9, "G3": 2e9, "G4": 0.0})
     assert tiers == pytest.approx({"G2": 20.0, "G3": 40.0, "G4": 0.0})
     assert sum(tiers.values()) == pytest.approx(60.0) and sum(links.values()) == pytest.approx(60.0)
-    assert split_onboarding(0.0, {}, {}) == (dict.fromkeys(("G2", "G3", "G4"), 0.0), dict.fromkeys(attribution.LINKS, 0.0))
+    assert split_onboarding(0.0, {}, {}) == (
+        dict.fromkeys(("G2", "G3", "G4"), 0.0),
+        dict.fromkeys(attribution.LINKS, 0.0),
+    )
 
 
 # --------------------------------------------------------------------------- attribution
@@ -94,7 +97,9 @@ def test_without_ground_truth_engine_counters_then_client_timings():
     quiet, noisy = attribution.attribute_run(req, None, deltas, get_adapter("llamacpp"))
     assert quiet.source == "engine counters (llamacpp)"
     assert quiet.components_s == pytest.approx({"prefill": 0.55, "decode": 0.38, "other": 0.07})
-    assert noisy.source == "client timings" and noisy.components_s == pytest.approx({"ttft": 1.5, "decode": 0.5})
+    assert noisy.source == "client timings" and noisy.components_s == pytest.approx(
+        {"ttft": 1.5, "decode": 0.5}
+    )
     # vLLM's request histograms
     split = get_adapter("vllm").time_split(
         {
@@ -127,17 +132,22 @@ def test_a_small_share_on_the_noised_resource_says_noise_could_not_matter():
         _phase("quiet", "quiet-1", {"prefill": 95.0, "onboard_G4": 2.0, "decode": 3.0}, cap=8e10),
         _phase("noisy", "noisy-1", {"prefill": 95.0, "onboard_G4": 2.5, "decode": 3.0}, noise=2e11, cap=8e10),
     ]
-    x = attribution.explain_noise(phases, "tcp")
+    x = noise_explain.explain_noise(phases, "tcp")
     assert x is not None and x.resource == "fabric" and x.tiers == ["G4"]
     assert x.quiet_share == pytest.approx(0.02) and x.could_matter is False
     assert "could not have mattered much" in x.sentence and "2%" in x.sentence
     assert x.utilisation == pytest.approx(2.5)
-    big = attribution.explain_noise(
-        [_phase("quiet", "q", {"onboard_G4": 80.0, "decode": 20.0}), _phase("noisy", "n", {"onboard_G4": 95.0})],
+    big = noise_explain.explain_noise(
+        [
+            _phase("quiet", "q", {"onboard_G4": 80.0, "decode": 20.0}),
+            _phase("noisy", "n", {"onboard_G4": 95.0}),
+        ],
         "tcp",
         sender_bytes_per_s=1e9,
     )
-    assert big is not None and big.could_matter is True and big.noise_where == "as sent by the noise generator"
+    assert (
+        big is not None and big.could_matter is True and big.noise_where == "as sent by the noise generator"
+    )
     assert "capacity unknown" in big.sentence
 
 
@@ -179,7 +189,7 @@ def test_jitter_around_zero_is_no_distinguishable_effect():
 
 def test_mean_interval_is_the_textbook_t_interval():
     values = [0.1, 0.3, 0.2, 0.4]
-    mean, (lo, hi) = effect.mean_interval(values)
+    mean, (_lo, hi) = effect.mean_interval(values)
     sd = math.sqrt(sum((v - 0.25) ** 2 for v in values) / 3)
     assert mean == pytest.approx(0.25)
     assert hi - mean == pytest.approx(3.1824 * sd / 2, rel=1e-4)
@@ -189,7 +199,8 @@ def test_mean_interval_is_the_textbook_t_interval():
 
 
 def _plan(**overrides):
-    scn, _ = load_scenario("throughput", {"noisy.enabled": True, **overrides})
+    keys = {f"test.{k}": v for k, v in overrides.items()}
+    scn, _ = load_scenario("throughput", {"test.noisy.enabled": True, **keys})
     return [(p.name, p.label, p.salt_mode, p.noisy) for p in throughput_plan(scn, restart=False)]
 
 
@@ -219,10 +230,10 @@ def test_empty_cache_variant_and_refill_are_one_field_away():
 
 
 def test_cli_flags_map_to_the_noisy_fields():
-    from kvbench.commands_run import build_overrides
+    from kvbench.run.commands import build_overrides
 
     assert build_overrides(noisy=True, empty_cache=True, pairs=3) == {
-        "noisy.enabled": True,
-        "noisy.cache_start": "cold",
-        "noisy.pairs": 3,
+        "test.noisy.enabled": True,
+        "test.noisy.cache_start": "cold",
+        "test.noisy.pairs": 3,
     }

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from kvbench.load import arrival_offsets, request_order, work_items
-from kvbench.prompts import SALT_WORDS, build_prompts, make_salt, resolve_lengths
-from kvbench.scenario import ConcurrentLoad, RateLoad, SequentialLoad
+from kvbench.load.prompts import SALT_WORDS, build_prompts, make_salt, resolve_lengths
+from kvbench.load.schedule import arrival_offsets, request_order, work_items
+from kvbench.scenario import ConcurrentLoad, LengthRange, RateLoad, SequentialLoad
 
 
 def bpe_like(text: str) -> int:
@@ -50,11 +50,11 @@ def test_salt_is_fresh_and_fixed_length():
 
 def test_resolve_lengths():
     assert resolve_lengths([1, 2], 5, 0) == [1, 2, 1, 2, 1]
-    spaced = resolve_lengths((110_000, 130_000, "fixed_mean"), 100, 0)
+    spaced = resolve_lengths(LengthRange(min=110_000, max=130_000, distribution="fixed_mean"), 100, 0)
     assert np.mean(spaced) == pytest.approx(120_000, abs=1)
-    drawn = resolve_lengths((10, 20, "uniform"), 1000, 0)
+    drawn = resolve_lengths(LengthRange(min=10, max=20), 1000, 0)
     assert min(drawn) >= 10 and max(drawn) <= 20
-    assert drawn == resolve_lengths((10, 20, "uniform"), 1000, 0)
+    assert drawn == resolve_lengths(LengthRange(min=10, max=20), 1000, 0)
 
 
 def test_each_prompt_used_equally_and_seeded():
@@ -75,3 +75,43 @@ def test_sequential_and_rate_schedules():
     assert const == [0.0, 0.25, 0.5]
     items = work_items(poisson, 10)
     assert items[5].scheduled_offset_s == offs[5]
+
+
+# --- the load backend seam -------------------------------------------------------------------------
+
+
+def test_load_kinds_say_how_many_in_flight():
+    assert SequentialLoad().max_in_flight == 1
+    assert ConcurrentLoad(concurrency=7, requests=10).max_in_flight == 7
+    assert RateLoad(rate=2, requests=10, max_concurrency=3).max_in_flight == 3
+    assert [k.paced for k in (SequentialLoad(), RateLoad(rate=2, requests=1))] == [False, True]
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        SequentialLoad(),
+        ConcurrentLoad(concurrency=3, requests=12),
+        RateLoad(rate=500, requests=12, max_concurrency=2),
+    ],
+)
+async def test_local_backend_respects_max_in_flight(load):
+    import asyncio
+
+    from kvbench.load import load_backend
+
+    items = work_items(load, 12)
+    in_flight = peak = 0
+    seen = []
+
+    async def issue(item, scheduled_ns):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.002)
+        seen.append(item.index)
+        in_flight -= 1
+
+    await load_backend("local").run(load, items, issue)
+    assert sorted(seen) == list(range(len(items)))
+    assert peak <= load.max_in_flight

@@ -1,6 +1,6 @@
 import pytest
 
-from kvbench.sse import SSEError, SSEParser, parse_sse
+from kvbench.client.sse import SSEError, SSEParser, parse_sse
 
 STREAM = (
     b": keep-alive comment\r\n"

@@ -63,7 +63,8 @@ class LlamacppAdapter(EngineAdapter):
     # there is no queried-tokens counter (queried = cached + computed).
     hit_counters = ("llamacpp:prompt_tokens_cached_total",)
     source_counters = ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")
-    metric_prefixes = ("llamacpp:",)
+    # kvbench_lab_: the lab's G4 connector in front of llama-server (kvbench/lab/connector.py)
+    metric_prefixes = ("llamacpp:", "kvbench_lab_")
     # llama-server --metrics: seconds spent on prompt processing and on generation, all slots
     time_counters: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "prefill": ("llamacpp:prompt_seconds_total",),

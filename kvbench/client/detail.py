@@ -1,0 +1,52 @@
+"""One short line from an error response body: the OpenAI error message, an HTML page's title, or text.
+
+Proxies answer errors with HTML pages (nginx: `<html><head><title>502 Bad Gateway</title>...`);
+the useful part is the title, or the first words of the text when there is none. Used for
+timed and untimed calls alike.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_HEADING = re.compile(r"<h1[^>]*>(.*?)</h1>", re.IGNORECASE | re.DOTALL)
+_SCRIPT = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]+>")
+_SPACE = re.compile(r"\s+")
+MAX_DETAIL = 300
+
+
+def looks_like_html(body: str) -> bool:
+    head = body.lstrip()[:200].lower()
+    return head.startswith(("<!doctype html", "<html", "<head", "<body", "<h1", "<title")) or "<html" in head
+
+
+def html_text(body: str, limit: int = 120) -> str:
+    """The title of an HTML page, else its first heading, else its first words."""
+    for pattern in (_TITLE, _HEADING):
+        m = pattern.search(body)
+        if m:
+            text = _SPACE.sub(" ", html.unescape(_TAG.sub(" ", m.group(1)))).strip()
+            if text:
+                return text[:limit]
+    text = _SPACE.sub(" ", html.unescape(_TAG.sub(" ", _SCRIPT.sub(" ", body)))).strip()
+    return text[:limit]
+
+
+def error_detail(body: str) -> str:
+    """The message of an error response body (OpenAI shape, HTML or plain text), one short line."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        if looks_like_html(body):
+            return html_text(body)
+        return _SPACE.sub(" ", body).strip()[:MAX_DETAIL]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj.get("detail", obj))
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:MAX_DETAIL]
+        return str(err)[:MAX_DETAIL]
+    return body.strip()[:MAX_DETAIL]

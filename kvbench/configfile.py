@@ -1,0 +1,327 @@
+"""ONE way to read the files and flags a user hands kvbench: bounded YAML, `--set`, error lines.
+
+Every input file (scenarios today; mock profiles and claims files next) goes through the
+same three steps, so the same input gets the same treatment everywhere:
+
+- `read_yaml`: a size cap and an alias-bomb guard (yaml.safe_load shares aliased
+  objects, but anything that walks the result expands them), UTF-8 only, a mapping at
+  the top, and a syntax error as `line L, column C: problem`.
+- `parse_set` + `apply_overrides`: `--set KEY=VALUE` with VALUE read as the TYPE OF THE
+  FIELD it sets. YAML alone reads `off`, `no`, `yes`, `on` as booleans, so
+  `--set telemetry.metrics=off` used to fail against `Literal["auto", "off"]`; here the
+  field decides. A value no reading fits is one line naming the field, exit 2.
+- `format_errors`: a pydantic ValidationError as `field.path: message` lines, with the
+  noise pydantic adds for unions (discriminator tags, member names) removed.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import types
+import typing
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+import yaml
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+
+from kvbench.errors import ConfigFileError, UsageError
+
+MAX_FILE_BYTES = 1_000_000
+MAX_EXPANDED_NODES = 100_000
+
+
+# --- reading ----------------------------------------------------------------------------------------
+
+
+def read_yaml(
+    raw: bytes | Path,
+    source: str | None = None,
+    *,
+    max_bytes: int = MAX_FILE_BYTES,
+    what: str = "files",
+    error: type[ConfigFileError] = ConfigFileError,
+) -> dict[str, Any]:
+    """A YAML mapping from bytes or a file, bounded in size and in alias expansion."""
+    if isinstance(raw, Path):
+        source = source or str(raw)
+        try:
+            raw = raw.read_bytes()
+        except OSError as exc:
+            raise error([f"cannot read: {exc.strerror}"], source) from None
+    if len(raw) > max_bytes:
+        raise error([f"file is {len(raw):,} bytes; {what} are limited to {max_bytes:,}"], source)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error([f"not UTF-8 text (byte {exc.start})"], source) from None
+    try:
+        data = safe_load_bounded(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise error([f"YAML syntax error: {where}{problem}"], source) from None
+    if data is None:
+        raise error(["the file is empty"], source)
+    if not isinstance(data, dict):
+        raise error([f"top level must be a mapping, not {type(data).__name__}"], source)
+    return data
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes the document has once aliases are expanded (what a validator would walk)."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    memo[key] = 1  # a recursive alias counts once instead of looping
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    memo[key] = size = min(size, MAX_EXPANDED_NODES + 1)
+    return size
+
+
+def safe_load_bounded(text: str) -> Any:
+    """yaml.safe_load, refusing documents that expand past MAX_EXPANDED_NODES through aliases."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+            raise yaml.YAMLError(
+                f"the document expands to more than {MAX_EXPANDED_NODES:,} nodes (YAML aliases); refusing"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+# --- --set KEY=VALUE ------------------------------------------------------------------------------
+
+
+def parse_set(values: Iterable[str], flag: str = "--set") -> dict[str, str]:
+    """`KEY=VALUE` pairs as raw strings; the value is typed later, by the field it sets."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} load.concurrency=8")
+        out[key.strip()] = raw
+    return out
+
+
+def field_at(model: type[BaseModel], dotted: str, data: dict[str, Any] | None = None) -> Any | None:
+    """The type (with its constraints) of the field a dotted key names; None when no field has it.
+
+    Walks nested models, `dict[str, X]` values and unions; in a discriminated union the member
+    is the one the data's tag names, else the first member that has the next key."""
+    ann: Any = model
+    node: Any = data
+    for part in dotted.split("."):
+        ann = _select(ann, part, node)
+        if ann is None:
+            return None
+        node = node.get(part) if isinstance(node, dict) else None
+    return ann
+
+
+def _select(ann: Any, part: str, node: Any) -> Any | None:
+    found: list[Any] = []
+    for member in _members(ann):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            info = member.model_fields.get(part)
+            if info is not None and _tag_matches(member, node, part):
+                found.append(_with_metadata(info))
+        elif typing.get_origin(member) is dict:
+            found.append(typing.get_args(member)[1])
+    if not found:
+        return None
+    # setting a union's tag itself: any member's tag will do
+    return found[0] if len(found) == 1 else Union[tuple(found)]  # noqa: UP007
+
+
+def _members(ann: Any) -> list[Any]:
+    if typing.get_origin(ann) is Annotated:
+        return _members(typing.get_args(ann)[0])
+    if typing.get_origin(ann) in (Union, types.UnionType):
+        return [m for a in typing.get_args(ann) for m in _members(a)]
+    return [ann]
+
+
+def _tag_matches(member: type[BaseModel], node: Any, setting: str) -> bool:
+    """A union member fits the data when the data names no tag, or names this member's
+    (the tag being set right now does not count)."""
+    if not isinstance(node, dict):
+        return True
+    for name, info in member.model_fields.items():
+        if name != setting and typing.get_origin(info.annotation) is typing.Literal and name in node:
+            return node[name] in typing.get_args(info.annotation)
+    return True
+
+
+def _with_metadata(info: FieldInfo) -> Any:
+    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+def read_value(ann: Any, raw: str, key: str) -> Any:
+    """`raw` read as the type `ann`: YAML's reading when the field accepts it, else the plain string
+    (so `off` stays "off" for a string field and becomes false for a bool); neither -> one line."""
+    adapter: TypeAdapter[Any] = TypeAdapter(ann)
+    try:
+        parsed = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        parsed = raw
+    first_error: ValidationError | None = None
+    for candidate in (parsed, raw) if parsed != raw else (raw,):
+        try:
+            adapter.validate_python(candidate)
+            return candidate
+        except ValidationError as exc:
+            first_error = first_error or exc
+    assert first_error is not None
+    msg = first_error.errors()[0]["msg"].removeprefix("Value error, ")
+    raise UsageError(f"{key}: {msg} (--set {key}={raw})")
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: dict[str, Any], model: type[BaseModel] | None = None
+) -> dict[str, Any]:
+    """Set dotted keys in a copy of a raw config dict, creating sections as needed.
+
+    Values that are strings from `--set` (wrap them in `Raw`) are read as the field's type when
+    `model` is given; other values (from typed CLI flags) are set as they are."""
+    out = copy.deepcopy(data)
+    for dotted, value in overrides.items():
+        if isinstance(value, Raw):
+            ann = field_at(model, dotted, out) if model is not None else None
+            value = read_value(ann, str(value), dotted) if ann is not None else _yaml_or_text(str(value))
+        node = out
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+class Raw(str):
+    """A value typed on the command line as text, to be read as the type of the field it sets."""
+
+    __slots__ = ()
+
+
+def _yaml_or_text(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def flag_keys(model: type[BaseModel]) -> dict[str, str]:
+    """CLI option name -> dotted key, from fields that carry `json_schema_extra={"flag": NAME}`."""
+    out: dict[str, str] = {}
+    seen: set[type] = set()
+
+    def walk(m: type[BaseModel], prefix: str) -> None:
+        if m in seen:
+            return
+        seen.add(m)
+        for name, info in m.model_fields.items():
+            extra = info.json_schema_extra
+            if isinstance(extra, dict) and isinstance(extra.get("flag"), str):
+                out[str(extra["flag"])] = prefix + name
+            for sub in _members(info.annotation):
+                if isinstance(sub, type) and issubclass(sub, BaseModel):
+                    walk(sub, f"{prefix}{name}.")
+        seen.discard(m)
+
+    walk(model, "")
+    return out
+
+
+# --- error lines -------------------------------------------------------------------------------------
+
+
+def union_tags(model: type[BaseModel]) -> dict[str, frozenset[str]]:
+    """Field name -> the tags of its discriminated union, over the whole model tree: pydantic puts
+    the tag into an error's location (`load.concurrent.concurrency`), which the user never wrote."""
+    out: dict[str, set[str]] = {}
+    seen: set[type] = set()
+
+    def walk(m: type[BaseModel]) -> None:
+        if m in seen:
+            return
+        seen.add(m)
+        for name, info in m.model_fields.items():
+            members = [
+                x for x in _members(info.annotation) if isinstance(x, type) and issubclass(x, BaseModel)
+            ]
+            disc = info.discriminator if isinstance(info.discriminator, str) else None
+            for sub in members:
+                if disc and disc in sub.model_fields:
+                    out.setdefault(name, set()).update(typing.get_args(sub.model_fields[disc].annotation))
+                walk(sub)
+
+    walk(model)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def clean_loc(loc: tuple[Any, ...], tags: dict[str, frozenset[str]]) -> tuple[str, ...]:
+    """Drop what pydantic adds for unions: the tag after a union field, member type names."""
+    out: list[str] = []
+    for i, part in enumerate(loc):
+        text = str(part)
+        if i > 0 and text in tags.get(str(loc[i - 1]), ()):
+            continue
+        if "[" in text:  # e.g. list[int], function-after[_order(), LengthRange]
+            continue
+        out.append(text)
+    return tuple(out)
+
+
+def format_errors(exc: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
+    """One `field.path: message` line per problem, duplicates and union noise removed."""
+    tags = union_tags(model) if model is not None else {}
+    errors = [(clean_loc(e["loc"], tags), e) for e in exc.errors()]
+    lines: list[str] = []
+    for loc, err in errors:
+        # a union reports every member; a member-type mismatch next to a real error is noise
+        if err["type"] in ("list_type", "dict_type", "model_type", "model_attributes_type") and any(
+            other is not err and other_loc[: len(loc)] == loc for other_loc, other in errors
+        ):
+            continue
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        where = ".".join(loc)
+        if msg.startswith(where + ":"):
+            msg = msg[len(where) + 1 :].strip()
+        # a cross-field check names its own field (the whole path, or one below where it ran)
+        self_named = re.match(r"^[\w.]+: ", msg) and (not where or msg.startswith(where + "."))
+        line = msg if self_named else f"{where or '(top level)'}: {msg}"
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
+def validate(
+    model: type[BaseModel],
+    data: dict[str, Any],
+    source: str | None = None,
+    error: type[ConfigFileError] = ConfigFileError,
+) -> Any:
+    """`model` from a raw dict, or a ConfigFileError (of the caller's kind) with one line per problem."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(format_errors(exc, model), source) from None

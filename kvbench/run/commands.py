@@ -1,0 +1,225 @@
+"""`kvbench run`, `kvbench validate`, `kvbench export`: parse flags, validate once, call one function."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvbench.engines.adapters import engine_help
+from kvbench.errors import UsageError
+
+RUN_HELP = """Run a scenario (a name from scenarios/ or a path) and write a run directory.
+
+\b
+  kvbench run ttft                         TTFT cold vs cached, against the embedded mock
+  kvbench run throughput --baseline        cached vs no-reuse baseline, 200 requests / 28 connections
+  kvbench run throughput --noisy           quiet/noisy pairs (ABBA) on one filled cache, as published
+  kvbench run throughput --noisy --empty-cache    each phase from an empty cache instead
+  kvbench run ttft --base-url http://127.0.0.1:8000 --model my-model
+
+With no --base-url (and none in the scenario) kvbench starts its mock server and
+says so: such figures are simulated. Flags override the scenario; only the flags
+you set are applied, and the resolved scenario is saved with the results.
+"""
+
+
+def _parse_set(values: list[str]) -> dict[str, Any]:
+    """--set KEY=VALUE; each value is read later as the type of the field it sets."""
+    from kvbench.configfile import Raw, parse_set
+
+    return {key: Raw(raw) for key, raw in parse_set(values).items()}
+
+
+def _parse_lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(x.replace("_", "").replace("k", "000")) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(
+            f"--lengths {text!r}: expected comma-separated token counts, e.g. 1000,4000,8k"
+        ) from None
+    if not lengths or any(n <= 0 for n in lengths):
+        raise UsageError(f"--lengths {text!r}: lengths must be positive")
+    return lengths
+
+
+def build_overrides(**flags: Any) -> dict[str, Any]:
+    """Map the CLI flags the user SET (not None, not False) to dotted scenario keys.
+
+    Which key a flag sets is declared on the scenario field itself (`flag(...)` metadata)."""
+    from kvbench.configfile import flag_keys
+    from kvbench.scenario import Scenario
+    from kvbench.scenario.testtypes import EMPTY_CACHE
+
+    out: dict[str, Any] = {}
+    for name, key in flag_keys(Scenario).items():
+        value = flags.get(name)
+        if value is None or value is False:
+            continue
+        if name == "empty_cache":
+            value = EMPTY_CACHE
+        out[key] = _parse_lengths(value) if name == "lengths" else value
+    out.update(_parse_set(flags.get("set_values") or []))
+    return out
+
+
+def run_cmd(
+    scenario: Annotated[str, typer.Argument(help="Scenario name (ttft, throughput, ...) or YAML path.")],
+    base_url: Annotated[str | None, typer.Option(help="Server root URL; absent = the embedded mock.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name; absent = first of /v1/models.")] = None,
+    api: Annotated[str | None, typer.Option(help="completions or chat.")] = None,
+    engine: Annotated[str | None, typer.Option(help=engine_help())] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="NAME of the env variable holding the API key (never the key).")
+    ] = None,
+    mock_profile: Annotated[
+        str | None, typer.Option(help="Mock profile when no server is named (ci, ibm-g4, laptop, ...).")
+    ] = None,
+    noisy: Annotated[
+        bool,
+        typer.Option(
+            "--noisy",
+            help="Throughput: alternating quiet/noisy pairs, all reading the same filled cache "
+            "(the published reading); the report gives the effect with its interval.",
+        ),
+    ] = False,
+    empty_cache: Annotated[
+        bool,
+        typer.Option(
+            "--empty-cache",
+            help="With --noisy: the empty-cache variant, every phase starts from an empty cache "
+            "(test.noisy.cache_start=cold).",
+        ),
+    ] = False,
+    pairs: Annotated[
+        int | None, typer.Option(help="With --noisy: quiet/noisy pairs (default 4; 2 with --empty-cache).")
+    ] = None,
+    baseline: Annotated[
+        bool, typer.Option("--baseline", help="Throughput: also the no-reuse baseline.")
+    ] = False,
+    lengths: Annotated[str | None, typer.Option(help="Prompt lengths, e.g. 1000,4000,8k.")] = None,
+    prompt_count: Annotated[int | None, typer.Option("--prompts", help="Distinct prompts.")] = None,
+    requests: Annotated[int | None, typer.Option(help="Requests per throughput phase.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Concurrent connections.")] = None,
+    repetitions: Annotated[int | None, typer.Option(help="Repeat the measurement N times.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.")] = None,
+    retries: Annotated[int | None, typer.Option(help="Retries per failed request (default 0).")] = None,
+    max_error_rate: Annotated[
+        float | None, typer.Option(help="Failed fraction still counted a pass (default 0).")
+    ] = None,
+    set_values: Annotated[
+        list[str] | None, typer.Option("--set", help="Override any field: --set test.warm_repeats=2.")
+    ] = None,
+    output_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("results"),
+    allow_unverified_cold: Annotated[
+        bool, typer.Option("--allow-unverified-cold", help="Run even if a cold cache cannot be verified.")
+    ] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip the report at the end.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain, minimal output.")] = False,
+) -> None:
+    from kvbench.scenario import load_scenario
+
+    overrides = build_overrides(
+        base_url=base_url,
+        model=model,
+        api=api,
+        engine=engine,
+        mock_profile=mock_profile,
+        noisy=noisy,
+        empty_cache=empty_cache,
+        pairs=pairs,
+        baseline=baseline,
+        lengths=lengths,
+        prompt_count=prompt_count,
+        requests=requests,
+        concurrency=concurrency,
+        repetitions=repetitions,
+        max_tokens=max_tokens,
+        retries=retries,
+        max_error_rate=max_error_rate,
+        set_values=set_values,
+        api_key_env=api_key_env,
+    )
+    scn, _ = load_scenario(scenario, overrides)
+    code = execute(
+        scn,
+        output_dir=output_dir,
+        quiet=quiet,
+        allow_unverified_cold=allow_unverified_cold,
+        report=not no_report,
+    )
+    raise typer.Exit(code)
+
+
+def validate_cmd(
+    scenario: Annotated[str, typer.Argument(help="Scenario name or YAML path.")],
+    set_values: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")
+    ] = None,
+) -> None:
+    """Validate a scenario and print it fully resolved (defaults filled in), or one line per problem."""
+    from kvbench.scenario import load_scenario, scenario_to_yaml
+
+    scn, path = load_scenario(scenario, _parse_set(set_values or []))
+    typer.echo(f"# resolved from {path}")
+    typer.echo(scenario_to_yaml(scn), nl=False)
+
+
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="csv or parquet.")] = "csv",
+    out: Annotated[Path | None, typer.Option(help="Output file (default: RUN_DIR/requests.<ext>).")] = None,
+) -> None:
+    """Export a run's requests as CSV or Parquet (one row per request)."""
+    from kvbench.results.export import export_requests
+
+    rows, target = export_requests(run_dir, format, out)
+    typer.echo(f"{rows} rows -> {target}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", help=RUN_HELP)(run_cmd)
+    app.command("validate")(validate_cmd)
+    app.command("export")(export_cmd)
+
+
+def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: bool, report: bool) -> int:
+    import asyncio
+
+    from kvbench.run.runner import RunOptions, RunOutcome, run_scenario
+
+    opts = RunOptions(
+        output_dir=output_dir, quiet=quiet, allow_unverified_cold=allow_unverified_cold, report=report
+    )
+    try:
+        import uvloop
+
+        runner_factory: Any = uvloop.new_event_loop
+    except ModuleNotFoundError:
+        runner_factory = None
+    try:
+        with asyncio.Runner(loop_factory=runner_factory) as runner:
+            outcome = runner.run(run_scenario(scn, opts))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        outcome = RunOutcome(None, "interrupted", 130, {}, 0)
+    if outcome.status == "interrupted" or outcome.run_dir is None:
+        if outcome.run_dir is not None:
+            print(f"kvbench: interrupted; finished requests are in {outcome.run_dir}", file=sys.stderr)
+            print(f"kvbench: `kvbench report {outcome.run_dir}` still works on it", file=sys.stderr)
+        else:
+            print("kvbench: interrupted", file=sys.stderr)
+        return 130
+    for line in outcome.summary_lines:
+        print(line)
+    if report:
+        from kvbench.report.render import write_report
+
+        html = write_report(outcome.run_dir, quiet=quiet)
+        if quiet:
+            print(f"report: {html}")
+    print(f"results: {outcome.run_dir}")
+    if outcome.exit_code:
+        print("kvbench: the error rate exceeded max_error_rate (exit 1)", file=sys.stderr)
+    return outcome.exit_code

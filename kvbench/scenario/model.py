@@ -1,0 +1,69 @@
+"""The scenario: shared sections, the load, the noise and one test section, checked together."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from kvbench.scenario.load import Load, SequentialLoad
+from kvbench.scenario.noise import Noise, NoNoise
+from kvbench.scenario.sections import Cache, Output, Prompts, Strict, Target, Telemetry, flag
+from kvbench.scenario.testtypes import TestSection
+
+
+class Scenario(Strict):
+    name: str = Field(..., min_length=1, max_length=80, description="Short name, used in the run directory.")
+    description: str = Field("", description="What this scenario reproduces.")
+    test: TestSection = Field(
+        ..., description="Which test this runs, with its own knobs: `ttft`, `throughput` or {kind: ..., ...}."
+    )
+    target: Target = Field(default_factory=Target, description="The server under test.")
+    prompts: Prompts = Field(..., description="The prompt set.")
+    load: Load = Field(default_factory=SequentialLoad, description="How requests are issued.")
+    output: Output = Field(default_factory=Output, description="Generation settings.")
+    cache: Cache = Field(default_factory=Cache, description="Cache state and control.")
+    noise: Noise = Field(default_factory=NoNoise, description="Background traffic for noisy phases.")
+    telemetry: Telemetry = Field(default_factory=Telemetry, description="Server metrics scraping.")
+    repetitions: int = Field(
+        1,
+        gt=0,
+        le=1000,
+        description="Repeat the whole measurement this many times.",
+        json_schema_extra=flag("repetitions"),
+    )
+    max_error_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Failed-request fraction still counted a pass.",
+        json_schema_extra=flag("max_error_rate"),
+    )
+    retries: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="Retries per failed request (off by default: retries distort timing).",
+        json_schema_extra=flag("retries"),
+    )
+    reference: str | None = Field("ibm-g4", description="Published dataset to compare against, or null.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        self.test.check(self)
+        problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
+        if problem:
+            raise ValueError(problem)
+        shared = self.prompts.shared_prefix_tokens
+        if shared and isinstance(self.prompts.lengths, list) and shared >= min(self.prompts.lengths):
+            raise ValueError("prompts.shared_prefix_tokens: must be shorter than the shortest prompt")
+        return self
+
+    def context_problem(self, max_len: int | None, what: str) -> str | None:
+        """The one context-length rule (checked at validation and again with the server's figure)."""
+        need = self.prompts.max_length() + self.output.max_tokens
+        if max_len is None or need <= max_len:
+            return None
+        return f"prompts.lengths: longest prompt + max_tokens = {need} exceeds {what} {max_len}"
+
+    @property
+    def test_name(self) -> str:
+        return self.test.kind

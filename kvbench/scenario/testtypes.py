@@ -1,0 +1,224 @@
+"""Per-test sections: what only one test type reads, discriminated on `test.kind`.
+
+    test: ttft                              # shorthand for {kind: ttft}, every knob at its default
+    test: {kind: ttft, warm_repeats: 2, eviction: filler, filler_tokens: 64000}
+    test: {kind: throughput, baseline: true, noisy: {enabled: true}}
+
+Why a section per test: knobs that only one test reads used to sit in shared sections
+(`cache.warm_repeats`, top-level `baseline`), and each new test type would have added a third
+set there. A new test type is a new section here (registered in SECTIONS) plus its plan in
+kvbench/run/ (registered in run/registry.py); a test checks the two registries agree.
+
+Files written for the old layout get one line per moved field that names its new place
+(`MOVED`), and `--set` keys of the old layout are translated (`translate_key`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from kvbench.scenario.sections import Strict, check_base_url, flag
+
+if TYPE_CHECKING:
+    from kvbench.scenario.model import Scenario
+
+
+class SectionBase(Strict):
+    """Base of a test section: `kind` names the test; `check` holds rules that need the whole scenario."""
+
+    kind: str
+    summary: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_tests_fields(cls, data: Any) -> Any:
+        # a knob of another test type: say which test reads it, not just "unknown key"
+        if isinstance(data, dict):
+            for key in data:
+                if key in cls.model_fields:
+                    continue
+                owners = [k for k, m in SECTIONS.items() if key in m.model_fields and m is not cls]
+                if owners:
+                    raise ValueError(f"test.{key}: applies to the {owners[0]} test, not {data.get('kind')}")
+        return data
+
+    def check(self, scn: Scenario) -> None:
+        """Cross-section rules of this test type; raise ValueError('field.path: message')."""
+
+    @property
+    def noisy_phases(self) -> bool:
+        """Some phase runs background traffic (an embedded mock then opens its fabric port)."""
+        return False
+
+    @property
+    def restarts_server(self) -> bool:
+        """The server is restarted between phases (an embedded mock then persists its disk tier)."""
+        return False
+
+
+class TtftSection(SectionBase):
+    kind: Literal["ttft"] = "ttft"
+    summary: ClassVar[str] = "TTFT cold vs cached, one request at a time"
+    warm_repeats: int = Field(1, ge=0, description="Warm requests of the identical prompt after cold.")
+    eviction: Literal["none", "filler", "tier_reset", "slot_file"] = Field(
+        "none",
+        description="Between cold and warm, evict the fast tiers so the warm hit must come "
+        "from a lower one: filler prompts, a tier reset (mock: G1+G2), or llama.cpp's slot "
+        "save/erase/restore through a file (the disk tier; the restore time is recorded beside TTFT).",
+    )
+    filler_tokens: int = Field(
+        0, ge=0, description="eviction=filler: total tokens of filler prompts (should exceed G1+G2 capacity)."
+    )
+
+    def check(self, scn: Scenario) -> None:
+        if scn.load.kind != "sequential":
+            raise ValueError("load.kind: the ttft test issues one request at a time; use kind: sequential")
+
+
+EMPTY_CACHE = "cold"  # the value `--empty-cache` gives noisy.cache_start
+
+
+class Noisy(Strict):
+    """Quiet/noisy pairs of the throughput test (`--noisy`).
+
+    By default the published reading: one unmeasured fill of every prompt, then alternating
+    quiet and noisy phases (ABBA: quiet-noisy, noisy-quiet, ...) that all read the same filled
+    cache, so the noise meets the cache reads it can slow. The empty-cache variant
+    (`cache_start: cold`, `--empty-cache`) starts each phase from an empty cache instead: the
+    phase then includes the fill, usually bound by prefill compute, which noise cannot slow.
+    """
+
+    enabled: bool = Field(
+        False, description="Run quiet and noisy phases as pairs (`--noisy`).", json_schema_extra=flag("noisy")
+    )
+    order: Literal["alternate", "quiet_first", "noisy_first"] = Field(
+        "alternate",
+        description="Order within a pair; alternate = quiet first in odd pairs, noisy first in even "
+        "ones (ABBA), so a drift of the machine falls on both sides.",
+    )
+    pairs: int | None = Field(
+        None,
+        gt=0,
+        le=100,
+        json_schema_extra=flag("pairs"),
+        description="Quiet/noisy pairs; absent = 4 from a filled cache, 2 from an empty one "
+        "(each empty-cache phase recomputes its fill). The effect's interval needs two or more.",
+    )
+    cache_start: Literal["cold", "filled"] = Field(
+        "filled",
+        json_schema_extra=flag("empty_cache"),  # --empty-cache sets EMPTY_CACHE
+        description="filled (the published 'same cached requests' reading): an unmeasured fill of "
+        "every prompt, then every quiet and noisy phase reads the same filled cache; cold (the "
+        "empty-cache variant, `--empty-cache`): each phase starts from an empty cache and its fill "
+        "is measured.",
+    )
+    refill: bool = Field(
+        False, description="filled only: fill again (new salt, reset) before every phase, not once."
+    )
+    settle_s: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description="Pause after a noisy phase so the traffic has drained before the next phase.",
+    )
+    min_effect_pct: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Smallest change in time per request the report calls distinguishable (%).",
+    )
+    capacity_bytes_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="Capacity of the resource the noise competes for (fabric or storage), B/s: the "
+        "report shows the noise's share of it (the mock states its own).",
+    )
+
+    def resolved_pairs(self) -> int:
+        if self.pairs is not None:
+            return self.pairs
+        return 4 if self.cache_start == "filled" else 2
+
+
+class BetweenPhases(Strict):
+    command: str | None = Field(
+        None, description="Shell command run after the fill phase (e.g. restart the server)."
+    )
+    wait_healthy_s: float = Field(120.0, gt=0, description="How long to wait for /health afterwards.")
+    base_url: str | None = Field(
+        None, description="Measure against this server after the fill (persistence test)."
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else check_base_url(v)
+
+
+class ThroughputSection(SectionBase):
+    kind: Literal["throughput"] = "throughput"
+    summary: ClassVar[str] = "requests per second over a phase: cached, baseline, quiet/noisy, persisted"
+    baseline: bool = Field(
+        False,
+        description="Also run the no-reuse baseline (every request its own salt).",
+        json_schema_extra=flag("baseline"),
+    )
+    noisy: Noisy = Field(default_factory=Noisy, description="Quiet/noisy pairing.")
+    between_phases: BetweenPhases = Field(default_factory=BetweenPhases, description="Persistence-test hook.")
+
+    @property
+    def noisy_phases(self) -> bool:
+        return self.noisy.enabled
+
+    @property
+    def restarts_server(self) -> bool:
+        return bool(self.between_phases.command)
+
+
+# name -> section model; the union below and run/registry.py are built from it
+SECTIONS: dict[str, type[SectionBase]] = {"ttft": TtftSection, "throughput": ThroughputSection}
+
+
+def _shorthand(v: Any) -> Any:
+    return {"kind": v} if isinstance(v, str) else v
+
+
+# `test: ttft` is short for `test: {kind: ttft}`
+TestSection = Annotated[
+    TtftSection | ThroughputSection, Field(discriminator="kind"), BeforeValidator(_shorthand)
+]
+
+# old dotted key -> (new dotted key, the test type that reads it)
+MOVED: dict[str, tuple[str, str]] = {
+    "cache.warm_repeats": ("test.warm_repeats", "ttft"),
+    "cache.eviction": ("test.eviction", "ttft"),
+    "cache.filler_tokens": ("test.filler_tokens", "ttft"),
+    "baseline": ("test.baseline", "throughput"),
+    "noisy": ("test.noisy", "throughput"),
+    "between_phases": ("test.between_phases", "throughput"),
+}
+
+
+def moved_fields(data: dict[str, Any]) -> list[str]:
+    """One line per field a file sets at its pre-section place, naming where it lives now."""
+    lines = []
+    for old, (new, test) in MOVED.items():
+        head, _, leaf = old.partition(".")
+        present = (
+            leaf in data[head] if leaf and isinstance(data.get(head), dict) else not leaf and head in data
+        )
+        if present:
+            lines.append(
+                f"{old}: moved to {new} (write `test: {{kind: {test}, {new.split('.', 1)[1]}: ...}}`)"
+            )
+    return lines
+
+
+def translate_key(dotted: str) -> str:
+    """A `--set` key of the old layout, as its new path (`noisy.enabled` -> `test.noisy.enabled`)."""
+    for old, (new, _) in MOVED.items():
+        if dotted == old or dotted.startswith(old + "."):
+            return new + dotted[len(old) :]
+    return dotted

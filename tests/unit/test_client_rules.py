@@ -1,0 +1,162 @@
+"""The client's pure rules: base URLs, credentials, redaction, error messages, response heads, bursts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvbench.baseurl import BaseURL, Redactor, auth_headers, redact_url
+from kvbench.client import ClientConfig, RequestRecord, ResponseStream, burst_warning, is_burst
+from kvbench.client.detail import error_detail
+from kvbench.scenario import load_scenario, scenario_to_yaml
+from kvbench.target import TargetInfo, request_headers
+
+NGINX_502 = (
+    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "address", "clean"),
+    [
+        ("http://u:p@h.example:8000", "h.example:8000", ("h.example", 8000), "http://h.example:8000"),
+        ("https://u@h.example/base", "h.example", ("h.example", 443), "https://h.example/base"),
+        ("http://[::1]:9/x/", "[::1]:9", ("::1", 9), "http://[::1]:9/x"),
+        ("http://h", "h", ("h", 80), "http://h"),
+    ],
+)
+def test_base_url_host_is_hostname_and_port(url, host, address, clean):
+    parsed = BaseURL.parse(url)
+    assert (parsed.host_header, parsed.address, parsed.clean) == (host, address, clean)
+
+
+@pytest.mark.parametrize("url", ["http://h:99999", "http://h:abc", "ftp://h", "http://"])
+def test_bad_urls_raise_value_error(url):
+    with pytest.raises(ValueError):
+        BaseURL.parse(url)
+
+
+def test_credentials_become_basic_auth_unless_an_authorization_is_set():
+    url, headers = auth_headers("http://us%3Aer:pw@h:1", {"X-A": "1"})
+    assert url == "http://h:1" and headers == {"X-A": "1", "Authorization": "Basic dXM6ZXI6cHc="}
+    assert auth_headers("http://h:1", {}) == ("http://h:1", {})
+    assert auth_headers("http://u:p@h:1", {"authorization": "Bearer k"})[1] == {"authorization": "Bearer k"}
+
+
+def test_redact_url_hides_userinfo_only():
+    assert redact_url("http://u:p@h:1/v?q=a@b") == "http://<redacted>@h:1/v?q=a@b"
+    assert redact_url("http://h:1/a@b") == "http://h:1/a@b"
+    assert redact_url(None) is None
+
+
+def test_redactor_replaces_keys_tokens_and_url_credentials():
+    red = Redactor({"Authorization": "Bearer sk-abcdef", "X-Flag": "1"}, "http://me:hunter22@h")
+    text = red("key sk-abcdef, header Bearer sk-abcdef, pw hunter22, basic bWU6aHVudGVyMjI=, flag 1")
+    assert text == "key <redacted>, header <redacted>, pw <redacted>, basic <redacted>, flag 1"
+
+
+def test_html_error_pages_become_their_title_or_first_words():
+    assert error_detail(NGINX_502) == "502 Bad Gateway"
+    assert (
+        error_detail("<html><body><p>Request   Entity\nToo Large</p></body></html>")
+        == "Request Entity Too Large"
+    )
+    assert error_detail('{"error": {"message": "busy"}}') == "busy"
+    assert error_detail('{"detail": "Not Found"}') == "Not Found"
+    assert error_detail("plain\ntext") == "plain text"
+
+
+def stream() -> tuple[RequestRecord, ResponseStream]:
+    rec = RequestRecord("r")
+    return rec, ResponseStream(rec, ClientConfig(base_url="http://x", model="m"))
+
+
+def test_a_redirect_names_its_target():
+    rec, s = stream()
+    assert s.head(5, 308, "Permanent Redirect", {"location": "https://x/v1/completions"})
+    assert rec.error_type == "http_308"
+    assert rec.error_message == "redirected to https://x/v1/completions: use that URL"
+
+
+def test_an_html_error_body_is_reduced_to_text():
+    rec, s = stream()
+    assert not s.head(5, 502, "Bad Gateway", {"content-type": "text/html"})
+    s.feed(6, NGINX_502.encode())
+    s.end(7)
+    assert (rec.error_type, rec.error_message) == ("http_502", "502 Bad Gateway")
+
+
+def test_compressed_stream_never_reaches_the_parser():
+    rec, s = stream()
+    assert s.head(5, 200, "OK", {"content-type": "text/event-stream", "content-encoding": "gzip"})
+    assert rec.error_type == "compressed"
+
+
+def test_json_answer_is_not_streamed_or_a_server_error():
+    rec, s = stream()
+    s.head(5, 200, "OK", {"content-type": "application/json"})
+    s.feed(6, json.dumps({"choices": [{"text": "hi"}]}).encode())
+    s.end(7)
+    assert rec.error_type == "not_streamed" and "stream: true" in rec.error_message
+    rec, s = stream()
+    s.head(5, 200, "OK", {"content-type": "application/json; charset=utf-8"})
+    s.feed(6, b'{"error": {"message": "model not loaded"}}')
+    s.end(7)
+    assert (rec.error_type, rec.error_message) == ("server_error", "model not loaded")
+
+
+def test_done_ends_the_record_at_the_done_event():
+    rec, s = stream()
+    s.head(1, 200, "OK", {"content-type": "text/event-stream"})
+    assert not s.feed(2, b'data: {"choices":[{"text":"a"}]}\n\n')
+    assert s.feed(9, b"data: [DONE]\n\ndata: ignored\n\n")
+    assert s.done and rec.ok and rec.end_ns == 9
+
+
+def rec_with(headers: int, tokens: list[int], ok: bool = True) -> RequestRecord:
+    rec = RequestRecord(
+        "r", headers_ns=headers, token_ns=tokens, first_token_ns=tokens[0] if tokens else None
+    )
+    if not ok:
+        rec.fail("x", "y")
+    rec.burst = is_burst(rec)
+    return rec
+
+
+def test_burst_flag_and_phase_warning():
+    burst = rec_with(1_000_000, [1_000_100, 1_000_900])
+    spread = rec_with(1_000_000, [1_000_100, 9_000_000])
+    single = rec_with(1_000_000, [1_000_100])  # one token: nothing to tell
+    assert burst.burst and not spread.burst and not single.burst
+    warning = burst_warning([burst, burst, spread, single])
+    assert (
+        warning
+        and "2 of 3" in warning
+        and "proxy_buffering off" in warning
+        and "X-Accel-Buffering: no" in warning
+    )
+    assert burst_warning([burst, spread, spread]) is None
+    assert burst_warning([rec_with(0, [1, 2], ok=False)]) is None
+
+
+def test_scenario_yaml_and_manifest_never_show_url_credentials(monkeypatch):
+    scn, _ = load_scenario(
+        "ttft", {"target.base_url": "http://u:pw-1234@h:8000", "target.headers": {"X-K": "v"}}
+    )
+    for redact in (True, False):
+        text = scenario_to_yaml(scn, redact=redact)
+        assert "pw-1234" not in text and "http://<redacted>@h:8000" in text
+    info = TargetInfo("server", "http://u:pw-1234@h:8000", "m", "vllm", "completions", header_names=["X-K"])
+    assert info.manifest()["base_url"] == "http://<redacted>@h:8000"
+    assert scn.target.transport == "auto" and scn.target.timeouts.idle_s == 60.0
+
+
+def test_url_credentials_and_an_api_key_cannot_both_be_sent(monkeypatch):
+    from kvbench.errors import UsageError
+
+    monkeypatch.setenv("KV_KEY", "sk-1")
+    scn, _ = load_scenario("ttft", {"target.base_url": "http://u:p@h:8000", "target.api_key_env": "KV_KEY"})
+    with pytest.raises(UsageError, match="cannot both be sent"):
+        request_headers(scn, None)

@@ -1,0 +1,80 @@
+"""The structure rules, enforced: imports go only downward (import-linter contracts in
+pyproject.toml), no module over 450 lines, no function over 100 lines."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "kvbench"
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 100
+
+# TEMPORARY allow-lists: modules and functions over the limits today, each being split by another
+# area in this wave (report, audit, noise, mock, transport, engines). The lead empties them at merge;
+# an entry that is no longer over its limit fails the test, so the lists can only shrink.
+BIG_MODULES = {
+    "kvbench/engines/install.py",  # engines: install/ package
+    "kvbench/mock/timing.py",  # noisemock / audit: physics to model/
+}
+BIG_FUNCTIONS = {
+    "kvbench/mock/timing.py:predict_closed_loop",
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _sizes() -> tuple[dict[str, int], dict[str, int]]:
+    modules: dict[str, int] = {}
+    functions: dict[str, int] = {}
+    for path in _modules():
+        rel = path.relative_to(ROOT).as_posix()
+        text = path.read_text(encoding="utf-8")
+        modules[rel] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                key = f"{rel}:{node.name}"
+                functions[key] = max(functions.get(key, 0), node.end_lineno - node.lineno + 1)
+    return modules, functions
+
+
+def test_no_module_over_the_limit() -> None:
+    modules, _ = _sizes()
+    over = {m: n for m, n in modules.items() if n > MAX_MODULE_LINES}
+    assert set(over) <= BIG_MODULES, f"modules over {MAX_MODULE_LINES} lines: {set(over) - BIG_MODULES}"
+    fixed = BIG_MODULES - set(over)
+    assert not fixed, f"no longer over the limit, remove from BIG_MODULES: {fixed}"
+
+
+def test_no_function_over_the_limit() -> None:
+    _, functions = _sizes()
+    over = {f: n for f, n in functions.items() if n > MAX_FUNCTION_LINES}
+    new = set(over) - BIG_FUNCTIONS
+    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: {new}"
+    fixed = BIG_FUNCTIONS - set(over)
+    assert not fixed, f"no longer over the limit, remove from BIG_FUNCTIONS: {fixed}"
+
+
+def test_imports_follow_the_layers() -> None:
+    """cli -> run -> (load, client, engines, noise, report, audit, ...) -> (results, mock) -> scenario
+    -> configfile -> model/errors; report and audit never import run/load/client; mock only itself."""
+    pytest.importorskip("importlinter", reason="import-linter is not installed: pip install -e '.[dev]'")
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if exe is None:
+        pytest.skip("import-linter is installed but its lint-imports command is not on PATH")
+    proc = subprocess.run(
+        [exe, "--no-cache"],  # reads the contracts from pyproject.toml in cwd
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
