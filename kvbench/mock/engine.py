@@ -344,7 +344,7 @@ class TieredEngine:
             pacer = Pacer()
             t1 = time.perf_counter_ns()
             ends = await self._onboard(moved, pacer)
-            trace.onboard_ms = _ms_since(t1)
+            trace.onboard_ms = _ms_since(t1) if ends else 0.0  # nothing moved: no onboarding
             trace.onboard_ms_by_tier, trace.onboard_ms_by_link = split_onboarding(
                 trace.onboard_ms, ends, moved
             )

@@ -29,7 +29,7 @@ class PhasePlan:
     noisy: bool = False
     repetition: int = 0
     pair: int | None = None  # the quiet/noisy pair it belongs to (1-based)
-    settle_s: float = 0.0  # pause after the phase (noise draining)
+    settle_s: float = 0.0  # noisy phases: pause once the noise runs (ramp-up) and after the phase (draining)
 
 
 def noisy_plan(test: ThroughputSection, rep: int, sfx: str) -> list[PhasePlan]:
@@ -166,6 +166,8 @@ async def noise_for(run: Run, plan: PhasePlan) -> AsyncIterator[Any]:
         origin_ns=run.origin_ns,
         default_targets=defaults,
     ) as handle:
+        if plan.settle_s:  # let the target's view of the noise ramp up before the phase's clock starts
+            await asyncio.sleep(plan.settle_s)
         yield handle
 
 

@@ -121,7 +121,8 @@ class Noisy(Strict):
         1.0,
         ge=0,
         le=600,
-        description="Pause after a noisy phase so the traffic has drained before the next phase.",
+        description="Pause between a noisy phase's noise starting and its first request (the target's "
+        "view of the traffic ramps up: the mock measures it over 0.5 s), and after the phase (it drains).",
     )
     min_effect_pct: float = Field(
         1.0,
