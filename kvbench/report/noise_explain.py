@@ -64,11 +64,15 @@ def _pooled_links(phases: Sequence[PhaseAttribution]) -> dict[str, float]:
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.0f}%"
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else "<1%"
 
 
 def _gbps(x: float | None) -> str:
-    return "n/a" if x is None else f"{x / 1e9:.3g} GB/s"
+    if x is None:
+        return "n/a"
+    return f"{x / 1e12:.3g} TB/s" if x >= 1e12 else f"{x / 1e9:.3g} GB/s"
 
 
 def explain_noise(
@@ -105,7 +109,7 @@ def explain_noise(
     caps = [p.capacity_bytes_per_s for p in (*q, *n) if p.capacity_bytes_per_s]
     if at_resource:
         rate: float | None = sum(at_resource) / len(at_resource)
-        where = "at the mock's fabric (modelled bytes/s, as its requests saw it)"
+        where = "modelled, as the mock's requests saw it"
     else:
         rate = sender_bytes_per_s
         where = "as sent by the noise generator" if rate else "not measured"
@@ -165,13 +169,24 @@ def _sentence(
             f"Without noise, onboarding from {tier_txt} (the reads that cross the {resource}) carried "
             f"{_pct(q_share)} of the request time; with noise {_pct(n_share)}."
         )
-        if q_bound is not None:
-            parts.append(
-                f"The {resource} itself was the slowest stage for {_pct(q_bound)} of the quiet time "
-                "(the rest of the onboarding waited on another link): noise first uses the headroom."
-            )
+        if q_bound is not None and q_share > 0:
+            if q_bound >= 0.95 * q_share:
+                parts.append(
+                    f"The {resource} itself was the slowest stage of that onboarding: noise on it "
+                    "slows the reads directly."
+                )
+            else:
+                parts.append(
+                    f"The {resource} itself was the slowest stage for only {_pct(q_bound)} of the quiet "
+                    "time (the rest of the onboarding waited on another link): noise first uses its headroom."
+                )
     if rate is not None:
-        capacity = f" of its {_gbps(cap)} capacity ({_pct(util)})" if cap else " (capacity unknown)"
+        if cap and util is not None and util >= 1:
+            capacity = f", {util:.3g}x its {_gbps(cap)} capacity: it saturated the {resource}"
+        elif cap:
+            capacity = f", {_pct(util)} of its {_gbps(cap)} capacity"
+        else:
+            capacity = " (capacity unknown)"
         parts.append(f"The noise reached {_gbps(rate)} on the {resource}{capacity}.")
     else:
         parts.append("The noise's rate was not measured.")

@@ -17,18 +17,23 @@ from kvbench.report.formats import Section, Table, fmt, fmt_ci
 from kvbench.report.noise_explain import NoiseExplanation
 from kvbench.report.summary import RunSummary
 
-COLD_NAME = "empty-cache variant (noisy.cache_start: cold): every phase starts from an empty cache"
-FILLED_NAME = "published reading (noisy.cache_start: filled): every phase reads the same filled cache"
+OVERHEAD_SHARE = 0.2  # above this, the server's own overhead (not the modelled work) shapes the phase
+COLD_NAME = "empty-cache variant (test.noisy.cache_start: cold): every phase starts from an empty cache"
+FILLED_NAME = "published reading (test.noisy.cache_start: filled): every phase reads the same filled cache"
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
     if x is None:
         return "n/a"
-    return f"{x:+.1f}%" if signed else f"{x:.0f}%"
+    if signed:
+        return f"{x:+,.0f}%" if abs(x) >= 100 else f"{x:+.1f}%"
+    return f"{x:.0f}%" if x >= 1 or x == 0 else "<1%"
 
 
 def _gbps(x: float | None) -> str:
-    return "n/a" if x is None else f"{x / 1e9:.3g} GB/s"
+    if x is None:
+        return "n/a"
+    return f"{x / 1e12:.3g} TB/s" if x >= 1e12 else f"{x / 1e9:.3g} GB/s"
 
 
 def reading(summary: RunSummary) -> str | None:
@@ -44,7 +49,7 @@ def effect_line(e: NoiseEffect | None) -> str:
         return "noise effect: n/a (no complete quiet/noisy pair)"
     if e.time_change_ci_pct is None:
         return f"noise effect: {e.sentence}"
-    lo, hi = e.time_change_ci_pct
+    lo, hi = (_pct(v, signed=True) for v in e.time_change_ci_pct)
     rate = _pct(e.rate_change_pct, signed=True)
     verdict = {
         "slower": "distinguishable from zero",
@@ -55,7 +60,7 @@ def effect_line(e: NoiseEffect | None) -> str:
     order = "ABBA" if e.balanced else "unbalanced order"
     return (
         f"noise effect: {_pct(e.time_change_pct, True)} time per request (requests/s {rate}), "
-        f"{100 * e.level:g}% CI {lo:+.1f}% to {hi:+.1f}% over {e.pairs} pairs ({order}): {verdict}"
+        f"{100 * e.level:g}% CI {lo} to {hi} over {e.pairs} pairs ({order}): {verdict}"
     )
 
 
@@ -82,23 +87,32 @@ def bottleneck_line(x: NoiseExplanation | None, attribution: Sequence[PhaseAttri
         tail += ": too small a share for the noise to matter much"
     elif ns and x.noisy_share is not None:
         tail += f"; noisy top: {_top(ns)}"
+    overhead = qs.get("server_other", 0.0) + qs.get("transport", 0.0)
+    if overhead > OVERHEAD_SHARE:
+        tail += (
+            f"; server overhead and transport took {_pct(100 * overhead)} of quiet time, outside the "
+            "model: the machine running the server limits the phase and dilutes the effect"
+        )
     return head + tail + f" ({x.source})"
 
 
 def noise_line(x: NoiseExplanation | None) -> str:
     if x is None or x.noise_bytes_per_s is None:
         return "noise achieved: not measured"
-    parts = [f"noise achieved: {_gbps(x.noise_bytes_per_s)} on the {x.resource} ({x.noise_where})"]
-    if x.capacity_bytes_per_s:
-        parts.append(f"= {_pct(100 * (x.utilisation or 0))} of its {_gbps(x.capacity_bytes_per_s)} capacity")
+    line = f"noise achieved: {_gbps(x.noise_bytes_per_s)} on the {x.resource} ({x.noise_where}), "
+    util = x.utilisation
+    if x.capacity_bytes_per_s and util is not None:
+        share = f"{util:.3g}x" if util >= 1.5 else _pct(100 * util)
+        line += f"{share} its {_gbps(x.capacity_bytes_per_s)} capacity"
+        line += " (saturated)" if util >= 1 else ""
     else:
-        parts.append("(capacity unknown: set noisy.capacity_bytes_per_s)")
+        line += "capacity unknown (set test.noisy.capacity_bytes_per_s)"
     if x.noisy_left_bytes_per_s is not None:
-        parts.append(
+        line += (
             f"; cache reads were left {_gbps(x.noisy_left_bytes_per_s)} "
             f"(quiet: {_gbps(x.quiet_left_bytes_per_s)})"
         )
-    return " ".join(parts).replace(" ;", ";")
+    return line
 
 
 def console_lines(summary: RunSummary) -> list[str]:
@@ -144,9 +158,9 @@ def noise_section(summary: RunSummary) -> Section | None:
         paras.append(x.sentence)
     if e is not None:
         paras.append(
-            f"Effect: {e.metric}; {e.sentence}. Each pair's log ratio is one observation; the interval "
-            f"is Student t over the pairs. Distinguishable means the interval excludes zero by at least "
-            f"{e.min_effect_pct:g}% (noisy.min_effect_pct)."
+            f"How the effect is read: {e.metric}; each pair's log ratio is one observation and the "
+            f"interval is Student t over the pairs. Distinguishable means the interval excludes zero by "
+            f"at least {e.min_effect_pct:g}% (test.noisy.min_effect_pct)."
         )
         if not e.balanced:
             paras.append(

@@ -94,7 +94,7 @@ def run_cmd(
         ),
     ] = False,
     pairs: Annotated[
-        int | None, typer.Option(help="With --noisy: quiet/noisy pairs (default 4; 2 with --empty-cache).")
+        int | None, typer.Option(help="With --noisy: quiet/noisy pairs (default 6; 2 with --empty-cache).")
     ] = None,
     baseline: Annotated[
         bool, typer.Option("--baseline", help="Throughput: also the no-reuse baseline.")

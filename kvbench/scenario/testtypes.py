@@ -103,7 +103,7 @@ class Noisy(Strict):
         gt=0,
         le=100,
         json_schema_extra=flag("pairs"),
-        description="Quiet/noisy pairs; absent = 4 from a filled cache, 2 from an empty one "
+        description="Quiet/noisy pairs; absent = 6 from a filled cache, 2 from an empty one "
         "(each empty-cache phase recomputes its fill). The effect's interval needs two or more.",
     )
     cache_start: Literal["cold", "filled"] = Field(
@@ -140,7 +140,7 @@ class Noisy(Strict):
     def resolved_pairs(self) -> int:
         if self.pairs is not None:
             return self.pairs
-        return 4 if self.cache_start == "filled" else 2
+        return 6 if self.cache_start == "filled" else 2
 
 
 class BetweenPhases(Strict):

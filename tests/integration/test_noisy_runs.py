@@ -116,7 +116,12 @@ async def test_empty_cache_variant_is_prefill_bound_with_no_distinguishable_effe
             **NOISE,
         },
     )
-    assert [p.phase for p in s.phases if p.label != "probe"] == ["quiet-1", "noisy-1", "noisy-2", "quiet-2"]  # 2 pairs by default
+    assert [p.phase for p in s.phases if p.label != "probe"] == [
+        "quiet-1",
+        "noisy-1",
+        "noisy-2",
+        "quiet-2",
+    ]  # 2 pairs by default
     measured = [a for a in s.attribution if a.label in ("quiet", "noisy")]
     assert all(a.shares["prefill"] > 0.5 for a in measured), [a.shares for a in measured]
     e = s.noise_effect
