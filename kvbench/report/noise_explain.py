@@ -97,7 +97,12 @@ def explain_noise(
     sources = sorted({p.source for p in (*q, *n)})
     source = ", ".join(sources)
     qs, ns = pooled_shares(q), pooled_shares(n)
-    known = all(p.source != "client timings" for p in (*q, *n)) and bool(tiers)
+    # a share is known only where onboarding is timed apart: the mock's ground truth, or counters
+    # that name it (vLLM times KV loads inside prefill; llama.cpp's counters have no onboarding)
+    known = bool(tiers) and all(
+        p.source == "mock ground truth" or any(k.startswith("onboard_") for k in p.components_s)
+        for p in (*q, *n)
+    )
     q_share = sum(qs.get(f"onboard_{t}", 0.0) for t in tiers) if known else None
     n_share = sum(ns.get(f"onboard_{t}", 0.0) for t in tiers) if known else None
     link = {"fabric": "fabric", "storage": "disk"}.get(resource)

@@ -238,3 +238,19 @@ def test_cli_flags_map_to_the_noisy_fields():
         "test.noisy.cache_start": "cold",
         "test.noisy.pairs": 3,
     }
+
+
+def test_counters_without_onboarding_cannot_tell_the_share_on_storage():
+    from kvbench.engines.adapters import get_adapter
+
+    req = _requests(
+        [
+            {"request_id": "a", "phase": "quiet-1", "label": "quiet", "e2e_ms": 1000.0, "ttft_ms": 600.0},
+            {"request_id": "b", "phase": "noisy-1", "label": "noisy", "e2e_ms": 1100.0, "ttft_ms": 700.0},
+        ]
+    )
+    d = {"llamacpp:prompt_seconds_total": 0.55, "llamacpp:tokens_predicted_seconds_total": 0.38}
+    phases = attribution.attribute_run(req, None, {"quiet-1": d, "noisy-1": d}, get_adapter("llamacpp"))
+    x = noise_explain.explain_noise(phases, "fio", sender_bytes_per_s=3e8, capacity_bytes_per_s=1e9)
+    assert x is not None and x.resource == "storage" and x.quiet_share is None and x.could_matter is None
+    assert "cannot tell" in x.sentence and x.utilisation == pytest.approx(0.3)
