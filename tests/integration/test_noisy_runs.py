@@ -8,7 +8,8 @@ fabric then leaves G4 reads its floor (fabric.floor_fraction 0.01: 0.8 GB/s inst
 filled reading that makes a noisy phase about 20x the modelled time of a quiet one, at a time scale
 (0.06) where a noisy phase lasts ~1.3 s: CPU jitter of tens of ms cannot close that gap. The
 empty-cache variant runs 120k-token prompts whose prefill (~28 modelled s each) dwarfs every read,
-at the profile's own floor (0.1), so the model itself says the noise has nothing to slow.
+at the profile's own floor (0.1), so the model itself says the noise has nothing to slow; its
+min_effect_pct states the resolution of a timed phase on a busy 2-core machine (see there).
 """
 
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kvbench.report.summary import build_summary
-from kvbench.results import load_run, read_jsonl
+from kvbench.results import load_run, read_jsonl, read_manifest
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
@@ -49,8 +50,10 @@ async def run(tmp_path: Path, **overrides):
 
 
 def check_attribution_against_ground_truth(run_dir: Path, summary) -> None:
-    """Every phase: components sum to the measured time; the GT splits sum to the GT totals."""
+    """Every phase: components sum to the measured time; the GT splits sum to the GT totals; the
+    server's stamps sit causally inside the client's (same monotonic clock)."""
     df = load_run(run_dir)
+    origin = read_manifest(run_dir)["clock_origin_ns"]
     gt = {t["request_id"]: t for t in read_jsonl(run_dir / "mock_ground_truth.jsonl")}
     for a in summary.attribution:
         assert a.source == "mock ground truth", a.phase
@@ -60,13 +63,14 @@ def check_attribution_against_ground_truth(run_dir: Path, summary) -> None:
         assert sum(a.components_s.values()) == pytest.approx(a.measured_s, rel=1e-9)
         modelled = sum(v for k, v in a.components_s.items() if k not in ("server_other", "transport"))
         assert modelled >= MODEL_SHARE_MIN * a.measured_s, (a.phase, a.shares)
-        assert a.components_s["transport"] >= -0.005 * a.requests  # the server's span ~inside the client's
     for row in df[df.status == "ok"].itertuples():
         t = gt[row.request_id]
         assert sum(t["onboard_ms_by_tier"].values()) == pytest.approx(t["onboard_ms"], abs=1e-6)
         assert sum(t["onboard_ms_by_link"].values()) == pytest.approx(t["onboard_ms"], abs=1e-6)
-        # the server's span closes after its last write, which the client may already have read
-        assert (t["end_ns"] - t["received_ns"]) / 1e6 <= row.e2e_ms + 5.0
+        # received after the client sent; first token stamped before the client read it (the
+        # server's end is not compared: it stamps after its last write, which the client may read first)
+        assert t["received_ns"] >= row.sent_ns + origin
+        assert t["first_token_ns"] <= row.first_token_ns + origin
 
 
 async def test_default_noisy_run_is_slower_with_an_interval_and_bound_by_g4_onboarding(tmp_path):
@@ -105,14 +109,17 @@ async def test_empty_cache_variant_is_prefill_bound_with_no_distinguishable_effe
     run_dir, s = await run(
         tmp_path,
         **{
-            "prompts.count": 16,
+            "prompts.count": 12,
             "prompts.lengths": [120000],
-            "load.requests": 32,
+            "load.requests": 24,
             "load.concurrency": 4,
-            "target.mock_overrides": {"time_scale": 0.004, "fabric.noise_scale": 1e5},
+            "target.mock_overrides": {"time_scale": 0.01, "fabric.noise_scale": 1e5},
             "test.noisy.enabled": True,
             "test.noisy.cache_start": "cold",
             "test.noisy.settle_s": 0.6,
+            # the resolution of a few-second timed phase on a busy 2-core machine: phases of the
+            # same work differ by up to ~10% (measured 2.2-2.7 s); smaller changes are not findings
+            "test.noisy.min_effect_pct": 10.0,
             **NOISE,
         },
     )
