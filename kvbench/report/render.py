@@ -36,6 +36,10 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
             name=ref, points=published_points(ref, scale), speedups=published_speedups(ref), time_scale=scale
         )
     images = save_run_plots(run_dir, df, summary, noise_rows, overlay)
+    if summary.sessions:
+        from kvbench.report.sessions import read_turns, save_session_plots
+
+        images += save_session_plots(read_turns(run_dir), run_dir)
     summary = summary.model_copy(update={"plots": [p.name for p in images]})
     write_json(run_dir / "summary.json", summary)
     run = summary.run

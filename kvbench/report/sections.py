@@ -262,8 +262,29 @@ def published_section(summary: RunSummary) -> Section | None:
     return Section(f"Measured vs published ({p.reference})", paras, [Table(head, rows)])
 
 
+def sessions_section(summary: RunSummary) -> Section | None:
+    """Sessions test: the per-turn table and the later turns by the tier that served them."""
+    if not summary.sessions:
+        return None
+    from kvbench.report.sessions import session_rows_from_table, tier_rows
+
+    header, rows = session_rows_from_table(summary.sessions["per_turn"])
+    th, tr = tier_rows(summary.sessions)
+    return Section(
+        "Sessions: per turn",
+        [
+            "Median per turn index; speedup = baseline TTFT / cached TTFT for the same user and turn "
+            "(median over users); hit ratio = cached / context tokens; tier = the tier that served "
+            "most cached tokens (`none`: recomputed). Below: later turns by the tier that served them."
+        ],
+        [Table(header, rows), Table(th, tr)],
+    )
+
+
 def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
     secs = [run_section(summary)]
+    if (sessions := sessions_section(summary)) is not None:
+        secs.append(sessions)
     for make in (
         speedup_section,
         throughput_section,
@@ -329,6 +350,15 @@ def key_table(summary: RunSummary) -> Table:
                 "quiet -> noisy",
                 f"{_signed(n.time_increase_pct)} time (vs quiet time)",
                 times,
+            ]
+        )
+    for t in (summary.sessions or {}).get("per_turn") or []:
+        rows.append(
+            [
+                f"sessions turn {t['turn']} ({fmt(t['context_tokens'])} tok)",
+                "baseline -> cached",
+                f"{fmt(t['speedup'])}x, hit {fmt((t['hit_ratio'] or 0) * 100)}%, {t['tier'] or '-'}",
+                f"{fmt(t['ttft_baseline_ms'])} -> {fmt(t['ttft_cached_ms'])} ms",
             ]
         )
     if not rows:

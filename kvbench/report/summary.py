@@ -142,7 +142,7 @@ class RunInfo(_Model):
     run_id: str = F("run id (the run directory's name)")
     run_dir: str = F("run directory as given")
     scenario: str | None = F("scenario name")
-    test: str | None = F("test type: ttft | throughput")
+    test: str | None = F("test type: ttft | throughput | sessions")
     status: str = F("manifest status")
     status_text: str = F("status in words (with the error of a failed run)")
     started_at: str | None = F("UTC start")
@@ -199,6 +199,9 @@ class RunSummary(_Model):
     )
     noise_explained: NoiseExplanation | None = F(
         "the share of time on the resource the noise competed for, and the noise achieved", default=None
+    )
+    sessions: dict[str, Any] | None = F(
+        "sessions test: per_turn and per_tier tables from turns.jsonl (report.sessions)", default=None
     )
 
 
@@ -299,6 +302,11 @@ def build_summary(
     if why_not:
         notes.append(why_not)
     summary = summary.model_copy(update={"published": comparison, "notes": notes})
+    if run.test == "sessions":
+        from kvbench.report.sessions import turns_summary
+
+        # users' pauses pace a sessions phase: its req/s ratio to the baseline says nothing
+        summary = summary.model_copy(update={"sessions": turns_summary(run.run_dir), "throughput": None})
     return summary, df, _read_noise(run.run_dir)
 
 

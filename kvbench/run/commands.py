@@ -18,6 +18,7 @@ RUN_HELP = """Run a scenario (a name from scenarios/ or a path) and write a run 
   kvbench run throughput --baseline        cached vs no-reuse baseline, 200 requests / 28 connections
   kvbench run throughput --noisy           quiet/noisy pairs (ABBA) on one filled cache, as published
   kvbench run throughput --noisy --empty-cache    each phase from an empty cache instead
+  kvbench run sessions --baseline          multi-turn users: per-turn TTFT and serving tier vs no reuse
   kvbench run ttft --base-url http://127.0.0.1:8000 --model my-model
 
 With no --base-url (and none in the scenario) kvbench starts its mock server and
@@ -97,7 +98,7 @@ def run_cmd(
         int | None, typer.Option(help="With --noisy: quiet/noisy pairs (default 6; 2 with --empty-cache).")
     ] = None,
     baseline: Annotated[
-        bool, typer.Option("--baseline", help="Throughput: also the no-reuse baseline.")
+        bool, typer.Option("--baseline", help="Throughput, sessions: also the no-reuse baseline.")
     ] = False,
     lengths: Annotated[str | None, typer.Option(help="Prompt lengths, e.g. 1000,4000,8k.")] = None,
     prompt_count: Annotated[int | None, typer.Option("--prompts", help="Distinct prompts.")] = None,

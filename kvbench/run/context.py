@@ -82,11 +82,13 @@ class Run:
         scheduled_ns: int | None = None,
         noise_active: bool = False,
         max_tokens: int | None = None,
+        body: bytes | None = None,
     ) -> RequestRecord:
         self.seq += 1
-        body = build_body(
-            self.client.cfg if max_tokens is None else with_max_tokens(self.client.cfg, max_tokens), text
-        )
+        if body is None:  # a test that builds its own body (sessions: a chat history) passes it
+            body = build_body(
+                self.client.cfg if max_tokens is None else with_max_tokens(self.client.cfg, max_tokens), text
+            )
         attempt = 0
         while True:
             attempt += 1

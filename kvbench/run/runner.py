@@ -187,7 +187,7 @@ async def connect_target(
         )
         base_url = mock.base_url
     session = await stack.enter_async_context(
-        make_session(scn.load.max_in_flight, scn.target.timeouts.connect_s)
+        make_session(max(scn.load.max_in_flight, scn.test.max_in_flight or 0), scn.target.timeouts.connect_s)
     )
     http = TargetHTTP(session, base_url, headers)
     model, version, max_len = await preflight(http, scn)

@@ -3,6 +3,7 @@
     test: ttft                              # shorthand for {kind: ttft}, every knob at its default
     test: {kind: ttft, warm_repeats: 2, eviction: filler, filler_tokens: 64000}
     test: {kind: throughput, baseline: true, noisy: {enabled: true}}
+    test: {kind: sessions, users: 16, turns: 6, active_users: 8, baseline: true}
 
 Why a section per test: knobs that only one test reads used to sit in shared sections
 (`cache.warm_repeats`, top-level `baseline`), and each new test type would have added a third
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from kvbench.scenario.sections import Strict, check_base_url, flag
+from kvbench.scenario.sessions import ThinkTime, TurnsRange
 
 if TYPE_CHECKING:
     from kvbench.scenario.model import Scenario
@@ -56,6 +58,11 @@ class SectionBase(Strict):
     def restarts_server(self) -> bool:
         """The server is restarted between phases (an embedded mock then persists its disk tier)."""
         return False
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """Requests this test keeps in flight when it sets its own load (None: `load` says)."""
+        return None
 
 
 class TtftSection(SectionBase):
@@ -178,8 +185,72 @@ class ThroughputSection(SectionBase):
         return bool(self.between_phases.command)
 
 
+class SessionsSection(SectionBase):
+    kind: Literal["sessions"] = "sessions"
+    summary: ClassVar[str] = "multi-turn conversations: TTFT and serving tier per turn, vs a no-reuse replay"
+    users: int = Field(8, ge=1, le=100_000, description="Conversations (users) in a phase.")
+    turns: int | TurnsRange = Field(
+        4, description="Turns per user: an int, or {min, max} drawn uniformly per user (seeded)."
+    )
+    system_prompt_tokens: int = Field(
+        1000, ge=0, le=1_000_000, description="System prompt shared by every user, tokens (0: none)."
+    )
+    first_message_tokens: int = Field(500, ge=1, le=1_000_000, description="The first user message, tokens.")
+    turn_tokens: int = Field(
+        100, ge=1, le=1_000_000, description="Each later user message, tokens (the answer comes before it)."
+    )
+    think_time: ThinkTime = Field(default_factory=ThinkTime, description="Pause before each later turn.")
+    active_users: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Users holding a conversation at once (closed loop; a finished user is replaced by "
+        "the next). Also the cap of the open loop. Default: all users at once.",
+    )
+    arrival_rate_per_s: float | None = Field(
+        None, gt=0, description="Open loop: new users per second (null: closed loop)."
+    )
+    arrivals: Literal["poisson", "constant"] = Field(
+        "poisson", description="Open loop: inter-arrival distribution of new users."
+    )
+    max_context_tokens: int = Field(
+        130_000,
+        ge=16,
+        description="A user stops before a turn whose history would pass this (the published maximum is "
+        "130,000); the model's context length caps it too.",
+    )
+    seed: int = Field(0, description="Seed for turn counts, pauses, arrivals and message text.")
+    baseline: bool = Field(
+        False,
+        description="Also replay every turn with a fresh salt (`--baseline`): the same messages, nothing "
+        "reusable, the no-reuse TTFT beside each cached turn.",
+        json_schema_extra=flag("baseline"),
+    )
+
+    def check(self, scn: Scenario) -> None:
+        if scn.target.api != "chat":
+            raise ValueError("target.api: the sessions test sends chat histories; set target.api: chat")
+        if scn.load.kind != "sequential":
+            raise ValueError(
+                "load: the sessions test sets its own load (test.active_users, test.arrival_rate_per_s); "
+                "leave load out"
+            )
+
+    @property
+    def max_active(self) -> int:
+        return min(self.active_users or self.users, self.users)
+
+    @property
+    def max_in_flight(self) -> int | None:
+        return self.max_active  # one request per active user at most
+
+
 # name -> section model; the union below and run/registry.py are built from it
-SECTIONS: dict[str, type[SectionBase]] = {"ttft": TtftSection, "throughput": ThroughputSection}
+SECTIONS: dict[str, type[SectionBase]] = {
+    "ttft": TtftSection,
+    "throughput": ThroughputSection,
+    "sessions": SessionsSection,
+}
 
 
 def _shorthand(v: Any) -> Any:
@@ -188,7 +259,9 @@ def _shorthand(v: Any) -> Any:
 
 # `test: ttft` is short for `test: {kind: ttft}`
 TestSection = Annotated[
-    TtftSection | ThroughputSection, Field(discriminator="kind"), BeforeValidator(_shorthand)
+    TtftSection | ThroughputSection | SessionsSection,
+    Field(discriminator="kind"),
+    BeforeValidator(_shorthand),
 ]
 
 # old dotted key -> (new dotted key, the test type that reads it)
