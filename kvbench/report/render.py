@@ -21,6 +21,7 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
 
     Prints the key table unless `quiet`. Works on complete, interrupted, killed and empty runs.
     """
+    from kvbench.report.noise_report import console_lines
     from kvbench.report.published import published_points, published_speedups
     from kvbench.report.run_plots import Published, save_run_plots
     from kvbench.report.sections import build_sections, key_table
@@ -49,5 +50,8 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
     html_path.write_text(to_html(title, sections, summary.banner), encoding="utf-8")
     if not quiet:
         print_table(key_table(summary), f"{run.run_id} ({run.status_text})", summary.banner)
+    for line in console_lines(summary):  # a noisy run's three lines: effect, bottleneck, noise
+        print(line)
+    if not quiet:
         print(f"report: {html_path}")
     return html_path

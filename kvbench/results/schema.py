@@ -154,6 +154,7 @@ class PhaseEntry(Record):
         None, description="Most answers came in one burst with their headers (a buffering proxy?)."
     )
     sessions: SessionsPhase | None = Field(None, description="Sessions test: the phase's users and turns.")
+    pair: int | None = Field(None, description="Quiet/noisy phases: the pair (1-based) the phase belongs to.")
 
     @field_validator("label", mode="before")
     @classmethod

@@ -84,18 +84,70 @@ class TtftSection(SectionBase):
             raise ValueError("load.kind: the ttft test issues one request at a time; use kind: sequential")
 
 
+EMPTY_CACHE = "cold"  # the value `--empty-cache` gives noisy.cache_start
+
+
 class Noisy(Strict):
+    """Quiet/noisy pairs of the throughput test (`--noisy`).
+
+    By default the published reading: one unmeasured fill of every prompt, then alternating
+    quiet and noisy phases (ABBA: quiet-noisy, noisy-quiet, ...) that all read the same filled
+    cache, so the noise meets the cache reads it can slow. The empty-cache variant
+    (`cache_start: cold`, `--empty-cache`) starts each phase from an empty cache instead: the
+    phase then includes the fill, usually bound by prefill compute, which noise cannot slow.
+    """
+
     enabled: bool = Field(
         False, description="Run quiet and noisy phases as pairs (`--noisy`).", json_schema_extra=flag("noisy")
     )
-    order: Literal["quiet_first", "noisy_first"] = Field("quiet_first", description="Order within a pair.")
-    pairs: int = Field(1, gt=0, le=100, description="Quiet/noisy pairs, interleaved.")
-    cache_start: Literal["cold", "filled"] = Field(
-        "cold",
-        description="cold: each quiet and noisy phase starts from an empty cache (the fill is measured); "
-        "filled: an unmeasured quiet fill phase (every prompt once) precedes each, so the measured "
-        "phase reads everything from the cache, the published 'same 200 cached requests' reading.",
+    order: Literal["alternate", "quiet_first", "noisy_first"] = Field(
+        "alternate",
+        description="Order within a pair; alternate = quiet first in odd pairs, noisy first in even "
+        "ones (ABBA), so a drift of the machine falls on both sides.",
     )
+    pairs: int | None = Field(
+        None,
+        gt=0,
+        le=100,
+        json_schema_extra=flag("pairs"),
+        description="Quiet/noisy pairs; absent = 6 from a filled cache, 2 from an empty one "
+        "(each empty-cache phase recomputes its fill). The effect's interval needs two or more.",
+    )
+    cache_start: Literal["cold", "filled"] = Field(
+        "filled",
+        json_schema_extra=flag("empty_cache"),  # --empty-cache sets EMPTY_CACHE
+        description="filled (the published 'same cached requests' reading): an unmeasured fill of "
+        "every prompt, then every quiet and noisy phase reads the same filled cache; cold (the "
+        "empty-cache variant, `--empty-cache`): each phase starts from an empty cache and its fill "
+        "is measured.",
+    )
+    refill: bool = Field(
+        False, description="filled only: fill again (new salt, reset) before every phase, not once."
+    )
+    settle_s: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description="Pause between a noisy phase's noise starting and its first request (the target's "
+        "view of the traffic ramps up: the mock measures it over 0.5 s), and after the phase (it drains).",
+    )
+    min_effect_pct: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Smallest change in time per request the report calls distinguishable (%).",
+    )
+    capacity_bytes_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="Capacity of the resource the noise competes for (fabric or storage), B/s: the "
+        "report shows the noise's share of it (the mock states its own).",
+    )
+
+    def resolved_pairs(self) -> int:
+        if self.pairs is not None:
+            return self.pairs
+        return 6 if self.cache_start == "filled" else 2
 
 
 class BetweenPhases(Strict):
