@@ -2,7 +2,7 @@
 
     python benchmarks/prompt_build.py BASE_URL N T   -> one JSON line {"build_s", "exact", ...}
 
-Uses kvbench.tokenize.server_token_counter + kvbench.load.prompts.bounded_counter/build_prompts
+Uses kvbench.engines.tokenize.server_token_counter + kvbench.load.prompts.bounded_counter/build_prompts
 (what runner.make_prompt_set calls); the clock covers build_prompts only.
 """
 
@@ -16,14 +16,14 @@ import time
 import numpy as np
 
 from kvbench.client import make_session
-from kvbench.client.control import ControlClient as TargetHTTP
+from kvbench.client.control import ControlClient
+from kvbench.engines.tokenize import server_token_counter
 from kvbench.load.prompts import bounded_counter, build_prompts, make_salt
-from kvbench.tokenize import server_token_counter
 
 
 async def main(base_url: str, n: int, tokens: int) -> dict[str, object]:
     async with make_session(4, 10.0) as session:
-        http = TargetHTTP(session, base_url, {})
+        http = ControlClient(session, base_url, {})
         _, body = await http.request("GET", "/v1/models")
         model = body["data"][0]["id"]
         counter = await server_token_counter(http, model, "generic")

@@ -18,7 +18,7 @@ With two or more cores the server and the client are pinned to different cores.
   long prompts   the TTFT error with 130k-token prompts (~750 KB bodies) minus that with 1k, one
                  request at a time (30 each); also shown at 28 connections
   prompt build   100 x 130k-token prompts built and verified against the mock's /tokenize with
-                 kvbench.load.prompts.build_prompts + kvbench.tokenize.server_token_counter, in process
+                 load.prompts.build_prompts + engines.tokenize.server_token_counter, in process
   CLI start-up   wall time of `kvbench --help`
 
 Each is repeated (--repeats, default 3) and the median reported. Writes benchmarks/results/latest.json

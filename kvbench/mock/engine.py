@@ -23,8 +23,12 @@ from typing import Any
 from kvbench.mock.cache import LookupResult, TieredKVCache
 from kvbench.mock.config import TIER_NAMES, FixedDelayProfile, TieredProfile
 from kvbench.mock.metrics import MockMetrics
+from kvbench.mock.onboarding import STAGE_LINK, split_onboarding
 from kvbench.mock.timing import ModelParams, SharedResource
 from kvbench.mock.tokenizer import PromptInfo
+
+LOWER_TIERS = ("G2", "G3", "G4")  # the tiers a hit is onboarded from (G1 is already on the GPU)
+LINKS = tuple(STAGE_LINK.values())
 
 
 @dataclass
@@ -48,6 +52,15 @@ class Trace:
     fabric_noise_bytes_per_s: float = 0.0
     http_status: int = 200
     status: str = "ok"
+    # Where the onboarding time went (both sum to onboard_ms; timing.split_onboarding): by the tier
+    # the bytes came from, and by the link on the critical path (fabric = G4 reads, disk = G3
+    # reads, pcie = the host->GPU copy). Bytes moved per source tier, and the G4 link's capacity
+    # when the onboarding began (modelled bytes/s: what the fabric noise left of the fabric).
+    onboard_ms_by_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOWER_TIERS, 0.0))
+    onboard_ms_by_link: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LINKS, 0.0))
+    bytes_from_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOWER_TIERS, 0.0))
+    g4_link_bytes_per_s: float | None = None
+    fabric_capacity_bytes_per_s: float | None = None  # the profile's fabric, noise or not
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -275,27 +288,29 @@ class TieredEngine:
         out["G1"] = 0.0  # already in GPU memory: nothing moves
         return out
 
-    async def _transfer(self, name: str, nbytes: float, pacer: Pacer) -> tuple[float, float]:
+    async def _transfer(self, name: str, nbytes: float, pacer: Pacer) -> tuple[str, float, float]:
         """One stage: access latency, then the bytes on the tier's shared link. Returns
-        (real end, lag) so the caller can tell when the stage ended in the model."""
+        (stage, real end, lag) so the caller can tell when the stage ended in the model."""
         await pacer.sleep(self.params.tier(name).latency_s * self.params.time_scale)
         await pacer.use(self.links[name], nbytes)
-        return asyncio.get_running_loop().time(), pacer.lag
+        return name, asyncio.get_running_loop().time(), pacer.lag
 
-    async def _onboard(self, moved: dict[str, float], pacer: Pacer) -> None:
+    async def _onboard(self, moved: dict[str, float], pacer: Pacer) -> dict[str, float]:
+        """Move the hit's bytes to the GPU; returns when each stage ended in the model (loop clock)."""
         lower = moved["G3"] + moved["G4"]
         h2d = moved["G2"] + lower
         if h2d <= 0:
-            return
+            return {}
         stages = [self._transfer(n, moved[n], Pacer(pacer.lag)) for n in ("G3", "G4") if moved[n] > 0]
         stages.append(self._transfer("G2", h2d, Pacer(pacer.lag)))
-        ends = await asyncio.gather(*stages)
-        model_end = max(end - lag for end, lag in ends)
+        ends = {name: end - lag for name, end, lag in await asyncio.gather(*stages)}
+        model_end = max(ends.values())
         pacer.lag = max(0.0, asyncio.get_running_loop().time() - model_end)
         if lower > 0:
             await pacer.sleep(
                 self.params.chunk_tail_s(self.params.onboard_chunk_tokens) * self.params.time_scale
             )
+        return ends
 
     async def generate(self, prompt: PromptInfo, max_tokens: int, trace: Trace) -> AsyncGenerator[int, None]:
         """Yields once per output token, when it is ready (the first yield is the first token)."""
@@ -323,10 +338,16 @@ class TieredEngine:
             trace.tokens_computed = n - c
             trace.tokens_from_tier = hit.tokens_by_tier()
             self.metrics.record_prompt(n, trace.tokens_from_tier, moved)
+            trace.bytes_from_tier = {t: moved[t] for t in LOWER_TIERS}
+            trace.g4_link_bytes_per_s = self.links["G4"].core.capacity * self.params.time_scale
+            trace.fabric_capacity_bytes_per_s = self.params.fabric_capacity
             pacer = Pacer()
             t1 = time.perf_counter_ns()
-            await self._onboard(moved, pacer)
-            trace.onboard_ms = _ms_since(t1)
+            ends = await self._onboard(moved, pacer)
+            trace.onboard_ms = _ms_since(t1) if ends else 0.0  # nothing moved: no onboarding
+            trace.onboard_ms_by_tier, trace.onboard_ms_by_link = split_onboarding(
+                trace.onboard_ms, ends, moved
+            )
             t2 = time.perf_counter_ns()
             await pacer.use(self.gpu, self.params.prefill_s(n, c))
             trace.prefill_ms = _ms_since(t2)

@@ -160,7 +160,15 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
     summaries = [build_summary(d)[0] for d in run_dirs]
     names = [short_name(s.run.run_id) for s in summaries]
     sections = compare_tables(names, summaries)
-    sections.append(Section("Plots", [], [], compare_plots(names, summaries, out)))
+    images = compare_plots(names, summaries, out)
+    if any(s.sessions for s in summaries):
+        from kvbench.report.sessions import compare_sessions
+
+        section, image = compare_sessions(names, run_dirs, out)
+        if section is not None:
+            sections.append(Section(*section))
+            images.append(image)
+    sections.append(Section("Plots", [], [], images))
     title = "kvbench compare: " + " vs ".join(names)
     (out / "compare.md").write_text(to_markdown(title, sections), encoding="utf-8")
     html_path = out / "compare.html"

@@ -162,6 +162,13 @@ class RunManifest:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def noisy_settings(self) -> dict[str, Any]:
+        """The saved scenario's `noisy` section ({} when absent): top level, or under the test section."""
+        scn = self.scenario()
+        test = scn.get("test")
+        section = test.get("noisy") if isinstance(test, dict) else scn.get("noisy")
+        return section if isinstance(section, dict) else {}
+
     def mock_profile_geometry(self) -> tuple[str | dict[str, Any] | None, str]:
         """The mock profile's KV geometry (a preset name or fields) and where it came from."""
         profile = self.target.get("mock_profile")

@@ -21,6 +21,7 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
 
     Prints the key table unless `quiet`. Works on complete, interrupted, killed and empty runs.
     """
+    from kvbench.report.noise_report import console_lines
     from kvbench.report.published import published_points, published_speedups
     from kvbench.report.run_plots import Published, save_run_plots
     from kvbench.report.sections import build_sections, key_table
@@ -35,6 +36,10 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
             name=ref, points=published_points(ref, scale), speedups=published_speedups(ref), time_scale=scale
         )
     images = save_run_plots(run_dir, df, summary, noise_rows, overlay)
+    if summary.sessions:
+        from kvbench.report.sessions import read_turns, save_session_plots
+
+        images += save_session_plots(read_turns(run_dir), run_dir)
     summary = summary.model_copy(update={"plots": [p.name for p in images]})
     write_json(run_dir / "summary.json", summary)
     run = summary.run
@@ -45,5 +50,8 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
     html_path.write_text(to_html(title, sections, summary.banner), encoding="utf-8")
     if not quiet:
         print_table(key_table(summary), f"{run.run_id} ({run.status_text})", summary.banner)
+    for line in console_lines(summary):  # a noisy run's three lines: effect, bottleneck, noise
+        print(line)
+    if not quiet:
         print(f"report: {html_path}")
     return html_path

@@ -64,10 +64,13 @@ def _noise_plot(
     noisy = df[df["label"] == "noisy"]
     if quiet.empty or noisy.empty:
         return None
+    # several pairs: show the first quiet and the first noisy phase (one phase each, not a pooled span)
+    quiet = quiet[quiet["phase"] == quiet["phase"].iloc[0]]
+    noisy = noisy[noisy["phase"] == noisy["phase"].iloc[0]]
     span = max(stats.span_s(quiet) or 1.0, stats.span_s(noisy) or 1.0)
     width = timeline.auto_bin(span, 15)
     tq, tn = timeline.timeline(quiet, width), timeline.timeline(noisy, width)
-    nd = timeline.noise_rate(noise_rows)
+    nd = timeline.noise_rate([r for r in noise_rows if r.get("phase") == noisy["phase"].iloc[0]])
     if not nd.empty:
         t0 = float(noisy["sent_ns"].min()) / 1e9
         nd = nd.assign(t_s=nd["t_s"] - t0)
@@ -114,4 +117,7 @@ def save_run_plots(
     noise = _noise_plot(run_dir, df, summary, noise_rows or [])
     if noise is not None:
         out.append(noise)
+    from kvbench.report.noise_plots import save_noise_plots
+
+    out += save_noise_plots(run_dir, summary)
     return out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kvbench.report.formats import Section, Table, fmt, fmt_ci, fmt_ms_as_s
 from kvbench.report.manifest import LoadShape
+from kvbench.report.noise_report import noise_section
 from kvbench.report.summary import RunSummary
 
 
@@ -120,33 +121,6 @@ def throughput_section(summary: RunSummary) -> Section | None:
         [
             Table(["speedup", "definition", "value (x)", "95% CI"], rows),
             Table(["side", "ok requests", "requests/s", "total time (s)"], detail),
-        ],
-    )
-
-
-def noise_section(summary: RunSummary) -> Section | None:
-    n = summary.noise
-    if n is None:
-        return None
-    rows = [
-        ["drop in requests/s", n.rate_drop_what, f"{fmt(n.rate_drop_pct)}%", fmt_ci(n.rate_drop_ci_pct)],
-        ["increase in total time", n.time_increase_what, f"{fmt(n.time_increase_pct)}%", "n/a"],
-    ]
-    gbps = fmt(n.noise_mean_bytes_per_s / 1e9) if n.noise_mean_bytes_per_s else "n/a"
-    detail = [
-        ["quiet", fmt(n.quiet_requests_per_s), fmt(n.quiet_total_s), "0"],
-        ["noisy", fmt(n.noisy_requests_per_s), fmt(n.noisy_total_s), gbps],
-    ]
-    return Section(
-        "Noisy neighbour: noisy vs quiet",
-        [
-            f"Baseline: {n.baseline}. Compared: {n.noisy}. "
-            "Both readings are shown: a drop in rate and a "
-            "rise in time are different percentages of the same slowdown."
-        ],
-        [
-            Table(["effect", "definition", "value", "95% CI"], rows),
-            Table(["side", "requests/s", "total time (s)", "competing traffic (GB/s)"], detail),
         ],
     )
 
@@ -288,8 +262,29 @@ def published_section(summary: RunSummary) -> Section | None:
     return Section(f"Measured vs published ({p.reference})", paras, [Table(head, rows)])
 
 
+def sessions_section(summary: RunSummary) -> Section | None:
+    """Sessions test: the per-turn table and the later turns by the tier that served them."""
+    if not summary.sessions:
+        return None
+    from kvbench.report.sessions import session_rows_from_table, tier_rows
+
+    header, rows = session_rows_from_table(summary.sessions["per_turn"])
+    th, tr = tier_rows(summary.sessions)
+    return Section(
+        "Sessions: per turn",
+        [
+            "Median per turn index; speedup = baseline TTFT / cached TTFT for the same user and turn "
+            "(median over users); hit ratio = cached / context tokens; tier = the tier that served "
+            "most cached tokens (`none`: recomputed). Below: later turns by the tier that served them."
+        ],
+        [Table(header, rows), Table(th, tr)],
+    )
+
+
 def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
     secs = [run_section(summary)]
+    if (sessions := sessions_section(summary)) is not None:
+        secs.append(sessions)
     for make in (
         speedup_section,
         throughput_section,
@@ -306,6 +301,10 @@ def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
     if images:
         secs.append(Section("Plots", [], [], images))
     return secs
+
+
+def _signed(pct: float | None) -> str:
+    return "n/a" if pct is None else f"{'+' if pct >= 0 else '-'}{fmt(abs(pct))}%"
 
 
 def key_table(summary: RunSummary) -> Table:
@@ -342,12 +341,25 @@ def key_table(summary: RunSummary) -> Table:
     n = summary.noise
     if n is not None:
         rates = f"{fmt(n.quiet_requests_per_s)} -> {fmt(n.noisy_requests_per_s)} req/s"
-        rows.append(
-            ["noisy neighbour", "quiet -> noisy", f"-{fmt(n.rate_drop_pct)}% req/s (vs quiet rate)", rates]
-        )
+        drop = None if n.rate_drop_pct is None else -n.rate_drop_pct
+        rows.append(["noisy neighbour", "quiet -> noisy", f"{_signed(drop)} req/s (vs quiet rate)", rates])
         times = f"{fmt(n.quiet_total_s)} -> {fmt(n.noisy_total_s)} s"
         rows.append(
-            ["noisy neighbour", "quiet -> noisy", f"+{fmt(n.time_increase_pct)}% time (vs quiet time)", times]
+            [
+                "noisy neighbour",
+                "quiet -> noisy",
+                f"{_signed(n.time_increase_pct)} time (vs quiet time)",
+                times,
+            ]
+        )
+    for t in (summary.sessions or {}).get("per_turn") or []:
+        rows.append(
+            [
+                f"sessions turn {t['turn']} ({fmt(t['context_tokens'])} tok)",
+                "baseline -> cached",
+                f"{fmt(t['speedup'])}x, hit {fmt((t['hit_ratio'] or 0) * 100)}%, {t['tier'] or '-'}",
+                f"{fmt(t['ttft_baseline_ms'])} -> {fmt(t['ttft_cached_ms'])} ms",
+            ]
         )
     if not rows:
         for p in summary.phases:

@@ -18,12 +18,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench.errors import UsageError
+from kvbench.report.attribution import PhaseAttribution
+from kvbench.report.effect import NoiseEffect
 from kvbench.report.manifest import LoadShape, RunManifest, TimeScale, read_run_manifest
+from kvbench.report.noise_explain import NoiseExplanation
 
 if TYPE_CHECKING:
     import pandas as pd
 
 REPORT_VERSION = 1
+GROUND_TRUTH = "mock_ground_truth.jsonl"
 
 STATUS_TEXT = {
     "complete": "complete",
@@ -138,7 +142,7 @@ class RunInfo(_Model):
     run_id: str = F("run id (the run directory's name)")
     run_dir: str = F("run directory as given")
     scenario: str | None = F("scenario name")
-    test: str | None = F("test type: ttft | throughput")
+    test: str | None = F("test type: ttft | throughput | sessions")
     status: str = F("manifest status")
     status_text: str = F("status in words (with the error of a failed run)")
     started_at: str | None = F("UTC start")
@@ -187,6 +191,18 @@ class RunSummary(_Model):
     notes: list[str] = F("what the reader must know about this run's data")
     published: PublishedComparison | None = F("measured vs published, when the run names a dataset")
     plots: list[str] = F("PNG files written next to the report", default=[])
+    attribution: list[PhaseAttribution] = F(
+        "where each phase's request time went: queue, prefill, onboarding per tier, decode", default=[]
+    )
+    noise_effect: NoiseEffect | None = F(
+        "the noise effect over the quiet/noisy pairs, with its interval", default=None
+    )
+    noise_explained: NoiseExplanation | None = F(
+        "the share of time on the resource the noise competed for, and the noise achieved", default=None
+    )
+    sessions: dict[str, Any] | None = F(
+        "sessions test: per_turn and per_tier tables from turns.jsonl (report.sessions)", default=None
+    )
 
 
 def simulated_banner(run: RunManifest) -> str | None:
@@ -281,11 +297,81 @@ def build_summary(
         notes=notes,
         published=None,
     )
+    summary = summary.model_copy(update=_noise_fields(run, df, phase_list, summary.noise))
     comparison, why_not = published.published_comparison(summary)
     if why_not:
         notes.append(why_not)
     summary = summary.model_copy(update={"published": comparison, "notes": notes})
+    if run.test == "sessions":
+        from kvbench.report.sessions import turns_summary
+
+        # users' pauses pace a sessions phase: its req/s ratio to the baseline says nothing
+        summary = summary.model_copy(update={"sessions": turns_summary(run.run_dir), "throughput": None})
     return summary, df, _read_noise(run.run_dir)
+
+
+def _read_json(path: Path) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _pair_key(meta: dict[str, dict[str, Any]], phase: str) -> str | None:
+    m = meta.get(phase, {})
+    return None if m.get("pair") is None else f"{m['pair']}-r{m.get('repetition', 0)}"
+
+
+def _noise_fields(
+    run: RunManifest, df: pd.DataFrame, phase_list: list[Any], impact: NoiseImpact | None
+) -> dict[str, Any]:
+    """attribution, noise_effect and noise_explained (report.attribution, report.effect)."""
+    from kvbench.report import attribution, effect, noise_explain
+
+    truth: list[dict[str, Any]] = []
+    gt_path = run.run_dir / GROUND_TRUTH
+    if run.simulated and gt_path.exists():
+        from kvbench.results import read_jsonl
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            truth = read_jsonl(gt_path)
+    deltas = _read_json(run.run_dir / "metrics_deltas.json")
+    adapter = None
+    engine = run.target.get("engine")
+    if engine:
+        from kvbench.engines.adapters import REGISTRY, get_adapter
+
+        adapter = get_adapter(str(engine)) if str(engine) in REGISTRY else None
+    attr = attribution.attribute_run(df, truth, deltas if isinstance(deltas, dict) else None, adapter)
+    meta = run.phase_meta()
+    phases = [
+        {
+            "name": p.phase,
+            "label": p.label,
+            "duration_s": p.duration_s,
+            "ok": p.ok,
+            "pair": _pair_key(meta, p.phase),
+        }
+        for p in phase_list
+    ]
+    kinds = [p.noise.get("kind") for p in phase_list if p.noise and p.noise.get("kind")]
+    noisy = run.noisy_settings()
+    explained = noise_explain.explain_noise(
+        attr,
+        kinds[0] if kinds else None,
+        sender_bytes_per_s=impact.noise_mean_bytes_per_s if impact is not None else None,
+        capacity_bytes_per_s=noisy.get("capacity_bytes_per_s"),
+    )
+    return {
+        "attribution": attr,
+        "noise_effect": effect.noise_effect(
+            phases, min_effect_pct=float(noisy.get("min_effect_pct") or effect.MIN_EFFECT_PCT)
+        ),
+        "noise_explained": explained,
+    }
 
 
 def _maybe(model: type[_Model], data: dict[str, Any] | None) -> Any:

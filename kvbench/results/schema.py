@@ -124,6 +124,16 @@ class LoadShape(Record):
     max_tokens: int = Field(description="Output tokens asked per request.")
 
 
+class SessionsPhase(Record):
+    """What a sessions phase did (its turns are rows of turns.jsonl)."""
+
+    users: int = Field(description="Users (conversations) planned.")
+    turns: int = Field(description="Turns sent (rows of turns.jsonl for the phase).")
+    active_users: int = Field(description="Users allowed at once (closed loop, or the open loop's cap).")
+    max_in_flight: int = Field(description="Most timed requests seen in flight at once.")
+    stopped_at_context_cap: int = Field(description="Users stopped before a turn past max_context_tokens.")
+
+
 class PhaseEntry(Record):
     name: str = Field(description="Phase name, unique in the run: ttft, baseline, cached, quiet-1, ...")
     label: Label = Field(description="What the phase measured (one Label).")
@@ -143,6 +153,8 @@ class PhaseEntry(Record):
     warning_burst: str | None = Field(
         None, description="Most answers came in one burst with their headers (a buffering proxy?)."
     )
+    sessions: SessionsPhase | None = Field(None, description="Sessions test: the phase's users and turns.")
+    pair: int | None = Field(None, description="Quiet/noisy phases: the pair (1-based) the phase belongs to.")
     load_backend: dict[str, Any] | None = Field(
         None,
         description="Load sent by Ray workers: each worker's node, concurrency, rows, state (lost?), "

@@ -16,7 +16,9 @@ RUN_HELP = """Run a scenario (a name from scenarios/ or a path) and write a run 
 \b
   kvbench run ttft                         TTFT cold vs cached, against the embedded mock
   kvbench run throughput --baseline        cached vs no-reuse baseline, 200 requests / 28 connections
-  kvbench run throughput --noisy           quiet, then noisy (background traffic during the phase)
+  kvbench run throughput --noisy           quiet/noisy pairs (ABBA) on one filled cache, as published
+  kvbench run throughput --noisy --empty-cache    each phase from an empty cache instead
+  kvbench run sessions --baseline          multi-turn users: per-turn TTFT and serving tier vs no reuse
   kvbench run ttft --base-url http://127.0.0.1:8000 --model my-model
 
 With no --base-url (and none in the scenario) kvbench starts its mock server and
@@ -50,12 +52,15 @@ def build_overrides(**flags: Any) -> dict[str, Any]:
     Which key a flag sets is declared on the scenario field itself (`flag(...)` metadata)."""
     from kvbench.configfile import flag_keys
     from kvbench.scenario import Scenario
+    from kvbench.scenario.testtypes import EMPTY_CACHE
 
     out: dict[str, Any] = {}
     for name, key in flag_keys(Scenario).items():
         value = flags.get(name)
         if value is None or value is False:
             continue
+        if name == "empty_cache":
+            value = EMPTY_CACHE
         out[key] = _parse_lengths(value) if name == "lengths" else value
     out.update(_parse_set(flags.get("set_values") or []))
     return out
@@ -73,9 +78,27 @@ def run_cmd(
     mock_profile: Annotated[
         str | None, typer.Option(help="Mock profile when no server is named (ci, ibm-g4, laptop, ...).")
     ] = None,
-    noisy: Annotated[bool, typer.Option("--noisy", help="Throughput: quiet then noisy phases.")] = False,
+    noisy: Annotated[
+        bool,
+        typer.Option(
+            "--noisy",
+            help="Throughput: alternating quiet/noisy pairs, all reading the same filled cache "
+            "(the published reading); the report gives the effect with its interval.",
+        ),
+    ] = False,
+    empty_cache: Annotated[
+        bool,
+        typer.Option(
+            "--empty-cache",
+            help="With --noisy: the empty-cache variant, every phase starts from an empty cache "
+            "(test.noisy.cache_start=cold).",
+        ),
+    ] = False,
+    pairs: Annotated[
+        int | None, typer.Option(help="With --noisy: quiet/noisy pairs (default 6; 2 with --empty-cache).")
+    ] = None,
     baseline: Annotated[
-        bool, typer.Option("--baseline", help="Throughput: also the no-reuse baseline.")
+        bool, typer.Option("--baseline", help="Throughput, sessions: also the no-reuse baseline.")
     ] = False,
     lengths: Annotated[str | None, typer.Option(help="Prompt lengths, e.g. 1000,4000,8k.")] = None,
     prompt_count: Annotated[int | None, typer.Option("--prompts", help="Distinct prompts.")] = None,
@@ -113,6 +136,8 @@ def run_cmd(
         engine=engine,
         mock_profile=mock_profile,
         noisy=noisy,
+        empty_cache=empty_cache,
+        pairs=pairs,
         baseline=baseline,
         lengths=lengths,
         prompt_count=prompt_count,

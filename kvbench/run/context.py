@@ -11,17 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from kvbench.cache import CacheAdapter, TargetHTTP, cold_probe_verdict, reset_cache
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body, burst_warning
-from kvbench.errors import KvbenchError
+from kvbench.client.control import ControlClient
+from kvbench.engines.adapters import EngineAdapter
+from kvbench.engines.telemetry import Scraper, counter_deltas, sum_delta
+from kvbench.errors import ColdUnverified
 from kvbench.load.backends import LoadBackend, load_backend
 from kvbench.load.prompts import Prompt, TokenCounter, make_salt
 from kvbench.results import JsonlWriter, RunDir
 from kvbench.results.schema import Label, PhaseEntry, TtftStep
+from kvbench.run.cold import cold_probe_verdict, reset_cache
 from kvbench.run.progress import Progress
+from kvbench.run.target import TargetInfo
 from kvbench.scenario import Scenario
-from kvbench.target import TargetInfo
-from kvbench.telemetry import Scraper, counter_deltas, sum_delta
 
 
 @dataclass
@@ -45,9 +47,9 @@ class Run:
         opts: RunOptions,
         rd: RunDir,
         target: TargetInfo,
-        http: TargetHTTP,
+        http: ControlClient,
         client: StreamingClient,
-        adapter: CacheAdapter,
+        adapter: EngineAdapter,
         origin_ns: int,
     ) -> None:
         self.scn, self.opts, self.rd, self.target = scn, opts, rd, target
@@ -86,11 +88,13 @@ class Run:
         scheduled_ns: int | None = None,
         noise_active: bool = False,
         max_tokens: int | None = None,
+        body: bytes | None = None,
     ) -> RequestRecord:
         self.seq += 1
-        body = build_body(
-            self.client.cfg if max_tokens is None else with_max_tokens(self.client.cfg, max_tokens), text
-        )
+        if body is None:  # a test that builds its own body (sessions: a chat history) passes it
+            body = build_body(
+                self.client.cfg if max_tokens is None else with_max_tokens(self.client.cfg, max_tokens), text
+            )
         attempt = 0
         while True:
             attempt += 1
@@ -226,10 +230,6 @@ class Run:
     def end_metrics(self, name: str, before: dict[Any, float] | None, after: dict[Any, float] | None) -> None:
         if before is not None and after is not None:
             self.metric_deltas[name] = counter_deltas(before, after)
-
-
-class ColdUnverified(KvbenchError):
-    exit_code = 1
 
 
 def with_max_tokens(cfg: ClientConfig, max_tokens: int) -> ClientConfig:

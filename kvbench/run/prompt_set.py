@@ -7,11 +7,11 @@ import time
 
 import numpy as np
 
+from kvbench.engines.tokenize import server_token_counter
 from kvbench.load.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
 from kvbench.results import PROMPTS
 from kvbench.results.schema import PromptsInfo
 from kvbench.run.context import Run
-from kvbench.tokenize import server_token_counter
 
 
 async def make_prompt_set(run: Run) -> list[Prompt]:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvbench.scenario import SECTIONS, Scenario, SectionBase, ThroughputSection, TtftSection
+from kvbench.scenario import SECTIONS, Scenario, SectionBase, SessionsSection, ThroughputSection, TtftSection
 
 if TYPE_CHECKING:
     from kvbench.engines.adapters import EngineAdapter
@@ -39,12 +39,14 @@ class TestType:
 
 
 def _registry() -> dict[str, TestType]:
+    from kvbench.run.sessions import run_sessions
     from kvbench.run.throughput import run_throughput
     from kvbench.run.ttft import pin_slot, run_ttft
 
     return {
         "ttft": TestType("ttft", TtftSection, run_ttft, pin_slot),
         "throughput": TestType("throughput", ThroughputSection, run_throughput),
+        "sessions": TestType("sessions", SessionsSection, run_sessions),
     }
 
 

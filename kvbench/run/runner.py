@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from kvbench import __version__
-from kvbench.cache import TargetHTTP
 from kvbench.client import ClientConfig, StreamingClient, make_session
+from kvbench.client.control import ControlClient
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso
@@ -46,8 +46,8 @@ from kvbench.run.context import Run, RunOptions
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
 from kvbench.run.remote import connect_cluster
+from kvbench.run.target import TargetInfo, embedded_mock, identify, preflight, request_headers
 from kvbench.scenario import Scenario, scenario_to_yaml
-from kvbench.target import TargetInfo, embedded_mock, identify, preflight, request_headers
 
 __all__ = ["RunOptions", "RunOutcome", "run_scenario"]
 
@@ -72,7 +72,7 @@ class Connection:
     run_path: Path
     target: TargetInfo
     session: Any  # aiohttp.ClientSession
-    http: TargetHTTP
+    http: ControlClient
     adapter: EngineAdapter
 
 
@@ -198,9 +198,9 @@ async def connect_target(
         )
         base_url = mock.base_url
     session = await stack.enter_async_context(
-        make_session(scn.load.max_in_flight, scn.target.timeouts.connect_s)
+        make_session(max(scn.load.max_in_flight, scn.test.max_in_flight or 0), scn.target.timeouts.connect_s)
     )
-    http = TargetHTTP(session, base_url, headers)
+    http = ControlClient(session, base_url, headers)
     model, version, max_len = await preflight(http, scn)
     engine = await identify(http, scn)
     max_len = scn.target.max_model_len or max_len

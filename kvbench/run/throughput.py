@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench.cache import TargetHTTP
+from kvbench.client.control import ControlClient
 from kvbench.errors import KvbenchError, TargetUnreachable
 from kvbench.load.prompts import Prompt
 from kvbench.load.schedule import WorkItem, work_items
@@ -25,9 +25,40 @@ RESTART_MOCK = "@restart-mock"
 class PhasePlan:
     name: str
     label: Label
-    salt_mode: str  # "run" | "request" | "keep"
+    salt_mode: str  # "run" (new salt, reset) | "request" | "keep" (persistence) | "same" (no reset)
     noisy: bool = False
     repetition: int = 0
+    pair: int | None = None  # the quiet/noisy pair it belongs to (1-based)
+    settle_s: float = 0.0  # noisy phases: pause once the noise runs (ramp-up) and after the phase (draining)
+
+
+def noisy_plan(test: ThroughputSection, rep: int, sfx: str) -> list[PhasePlan]:
+    """Quiet/noisy pairs in order (alternate = ABBA), with the fills the cache start needs."""
+    nz = test.noisy
+    plans: list[PhasePlan] = []
+    filled = nz.cache_start == "filled"
+    if filled and not nz.refill:
+        plans.append(PhasePlan(f"fill{sfx}", Label.FILL, "run", repetition=rep))
+    for k in range(1, nz.resolved_pairs() + 1):
+        quiet_first = nz.order == "quiet_first" or (nz.order == "alternate" and k % 2 == 1)
+        pair = [
+            PhasePlan(f"quiet-{k}{sfx}", Label.QUIET, "same" if filled else "run", repetition=rep, pair=k),
+            PhasePlan(
+                f"noisy-{k}{sfx}",
+                Label.NOISY,
+                "same" if filled else "run",
+                noisy=True,
+                repetition=rep,
+                pair=k,
+                settle_s=nz.settle_s,
+            ),
+        ]
+        for plan in pair if quiet_first else pair[::-1]:
+            if filled and nz.refill:
+                # every prompt once, quiet and unmeasured, so the measured phase reads it back
+                plans.append(PhasePlan(f"fill-{plan.name}", Label.FILL, "run", repetition=rep, pair=k))
+            plans.append(plan)
+    return plans
 
 
 def section(scn: Scenario) -> ThroughputSection:
@@ -43,12 +74,7 @@ def throughput_plan(scn: Scenario, restart: bool) -> list[PhasePlan]:
         if test.baseline:
             plans.append(PhasePlan(f"baseline{sfx}", Label.BASELINE, "request", repetition=rep))
         if test.noisy.enabled:
-            for k in range(test.noisy.pairs):
-                pair = [
-                    PhasePlan(f"quiet-{k + 1}{sfx}", Label.QUIET, "run", repetition=rep),
-                    PhasePlan(f"noisy-{k + 1}{sfx}", Label.NOISY, "run", noisy=True, repetition=rep),
-                ]
-                plans.extend(pair if test.noisy.order == "quiet_first" else pair[::-1])
+            plans.extend(noisy_plan(test, rep, sfx))
         else:
             plans.append(PhasePlan(f"cached{sfx}", Label.CACHED, "run", repetition=rep))
             if restart:
@@ -67,15 +93,13 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
     for plan in throughput_plan(scn, restart):
         if plan.salt_mode == "keep":
             await between_phases(run)
-        else:
+        elif plan.salt_mode != "same":
             salt = run.new_salt()
             await run.reset()
-        if plan.label in (Label.QUIET, Label.NOISY) and test.noisy.cache_start == "filled":
-            # the "same cached requests" reading: every prompt once, quiet and unmeasured, so the
-            # measured phase reads everything back from the cache (G4 in the ibm-g4 profile)
-            fill = PhasePlan(f"fill-{plan.name}", Label.FILL, "run", repetition=plan.repetition)
-            results.append(await run_phase(run, fill, prompts, fill_items, salt))
-        results.append(await run_phase(run, plan, prompts, items, salt))
+        phase_items = fill_items if plan.label == Label.FILL else items
+        results.append(await run_phase(run, plan, prompts, phase_items, salt))
+        if plan.settle_s:
+            await asyncio.sleep(plan.settle_s)
     run.summary_lines = throughput_table(results)
 
 
@@ -125,6 +149,7 @@ async def run_phase(
     after = await run.scraper.scrape(plan.name)
     run.end_metrics(plan.name, before, after)
     remote = getattr(run.load_backend, "phases", None)
+    extra: dict[str, Any] = {"pair": plan.pair} if plan.pair is not None else {}
     entry = phase_entry(
         run,
         plan.name,
@@ -134,6 +159,7 @@ async def run_phase(
         ended=ended,
         noise=noise_summary,
         load_backend=remote[-1] if remote else None,
+        **extra,
     )
     run.add_phase(entry)
     for w in (entry.load_backend or {}).get("workers", []):
@@ -169,6 +195,8 @@ async def noise_for(run: Run, plan: PhasePlan) -> AsyncIterator[Any]:
         default_targets=defaults,
         cluster=run.scn.cluster.backend,
     ) as handle:
+        if plan.settle_s:  # let the target's view of the noise ramp up before the phase's clock starts
+            await asyncio.sleep(plan.settle_s)
         yield handle
 
 
@@ -199,7 +227,7 @@ async def between_phases(run: Run) -> None:
         run.rd.update(target=manifest.target.model_copy(update={"base_url_after": run.http.base_url}))
 
 
-async def wait_healthy(http: TargetHTTP, timeout_s: float) -> None:
+async def wait_healthy(http: ControlClient, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(Exception):

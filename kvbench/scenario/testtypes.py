@@ -3,6 +3,7 @@
     test: ttft                              # shorthand for {kind: ttft}, every knob at its default
     test: {kind: ttft, warm_repeats: 2, eviction: filler, filler_tokens: 64000}
     test: {kind: throughput, baseline: true, noisy: {enabled: true}}
+    test: {kind: sessions, users: 16, turns: 6, active_users: 8, baseline: true}
 
 Why a section per test: knobs that only one test reads used to sit in shared sections
 (`cache.warm_repeats`, top-level `baseline`), and each new test type would have added a third
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from kvbench.scenario.sections import Strict, check_base_url, flag
+from kvbench.scenario.sessions import ThinkTime, TurnsRange
 
 if TYPE_CHECKING:
     from kvbench.scenario.model import Scenario
@@ -57,6 +59,11 @@ class SectionBase(Strict):
         """The server is restarted between phases (an embedded mock then persists its disk tier)."""
         return False
 
+    @property
+    def max_in_flight(self) -> int | None:
+        """Requests this test keeps in flight when it sets its own load (None: `load` says)."""
+        return None
+
 
 class TtftSection(SectionBase):
     kind: Literal["ttft"] = "ttft"
@@ -77,18 +84,70 @@ class TtftSection(SectionBase):
             raise ValueError("load.kind: the ttft test issues one request at a time; use kind: sequential")
 
 
+EMPTY_CACHE = "cold"  # the value `--empty-cache` gives noisy.cache_start
+
+
 class Noisy(Strict):
+    """Quiet/noisy pairs of the throughput test (`--noisy`).
+
+    By default the published reading: one unmeasured fill of every prompt, then alternating
+    quiet and noisy phases (ABBA: quiet-noisy, noisy-quiet, ...) that all read the same filled
+    cache, so the noise meets the cache reads it can slow. The empty-cache variant
+    (`cache_start: cold`, `--empty-cache`) starts each phase from an empty cache instead: the
+    phase then includes the fill, usually bound by prefill compute, which noise cannot slow.
+    """
+
     enabled: bool = Field(
         False, description="Run quiet and noisy phases as pairs (`--noisy`).", json_schema_extra=flag("noisy")
     )
-    order: Literal["quiet_first", "noisy_first"] = Field("quiet_first", description="Order within a pair.")
-    pairs: int = Field(1, gt=0, le=100, description="Quiet/noisy pairs, interleaved.")
-    cache_start: Literal["cold", "filled"] = Field(
-        "cold",
-        description="cold: each quiet and noisy phase starts from an empty cache (the fill is measured); "
-        "filled: an unmeasured quiet fill phase (every prompt once) precedes each, so the measured "
-        "phase reads everything from the cache, the published 'same 200 cached requests' reading.",
+    order: Literal["alternate", "quiet_first", "noisy_first"] = Field(
+        "alternate",
+        description="Order within a pair; alternate = quiet first in odd pairs, noisy first in even "
+        "ones (ABBA), so a drift of the machine falls on both sides.",
     )
+    pairs: int | None = Field(
+        None,
+        gt=0,
+        le=100,
+        json_schema_extra=flag("pairs"),
+        description="Quiet/noisy pairs; absent = 6 from a filled cache, 2 from an empty one "
+        "(each empty-cache phase recomputes its fill). The effect's interval needs two or more.",
+    )
+    cache_start: Literal["cold", "filled"] = Field(
+        "filled",
+        json_schema_extra=flag("empty_cache"),  # --empty-cache sets EMPTY_CACHE
+        description="filled (the published 'same cached requests' reading): an unmeasured fill of "
+        "every prompt, then every quiet and noisy phase reads the same filled cache; cold (the "
+        "empty-cache variant, `--empty-cache`): each phase starts from an empty cache and its fill "
+        "is measured.",
+    )
+    refill: bool = Field(
+        False, description="filled only: fill again (new salt, reset) before every phase, not once."
+    )
+    settle_s: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description="Pause between a noisy phase's noise starting and its first request (the target's "
+        "view of the traffic ramps up: the mock measures it over 0.5 s), and after the phase (it drains).",
+    )
+    min_effect_pct: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Smallest change in time per request the report calls distinguishable (%).",
+    )
+    capacity_bytes_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="Capacity of the resource the noise competes for (fabric or storage), B/s: the "
+        "report shows the noise's share of it (the mock states its own).",
+    )
+
+    def resolved_pairs(self) -> int:
+        if self.pairs is not None:
+            return self.pairs
+        return 6 if self.cache_start == "filled" else 2
 
 
 class BetweenPhases(Strict):
@@ -126,8 +185,72 @@ class ThroughputSection(SectionBase):
         return bool(self.between_phases.command)
 
 
+class SessionsSection(SectionBase):
+    kind: Literal["sessions"] = "sessions"
+    summary: ClassVar[str] = "multi-turn conversations: TTFT and serving tier per turn, vs a no-reuse replay"
+    users: int = Field(8, ge=1, le=100_000, description="Conversations (users) in a phase.")
+    turns: int | TurnsRange = Field(
+        4, description="Turns per user: an int, or {min, max} drawn uniformly per user (seeded)."
+    )
+    system_prompt_tokens: int = Field(
+        1000, ge=0, le=1_000_000, description="System prompt shared by every user, tokens (0: none)."
+    )
+    first_message_tokens: int = Field(500, ge=1, le=1_000_000, description="The first user message, tokens.")
+    turn_tokens: int = Field(
+        100, ge=1, le=1_000_000, description="Each later user message, tokens (the answer comes before it)."
+    )
+    think_time: ThinkTime = Field(default_factory=ThinkTime, description="Pause before each later turn.")
+    active_users: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Users holding a conversation at once (closed loop; a finished user is replaced by "
+        "the next). Also the cap of the open loop. Default: all users at once.",
+    )
+    arrival_rate_per_s: float | None = Field(
+        None, gt=0, description="Open loop: new users per second (null: closed loop)."
+    )
+    arrivals: Literal["poisson", "constant"] = Field(
+        "poisson", description="Open loop: inter-arrival distribution of new users."
+    )
+    max_context_tokens: int = Field(
+        130_000,
+        ge=16,
+        description="A user stops before a turn whose history would pass this (the published maximum is "
+        "130,000); the model's context length caps it too.",
+    )
+    seed: int = Field(0, description="Seed for turn counts, pauses, arrivals and message text.")
+    baseline: bool = Field(
+        False,
+        description="Also replay every turn with a fresh salt (`--baseline`): the same messages, nothing "
+        "reusable, the no-reuse TTFT beside each cached turn.",
+        json_schema_extra=flag("baseline"),
+    )
+
+    def check(self, scn: Scenario) -> None:
+        if scn.target.api != "chat":
+            raise ValueError("target.api: the sessions test sends chat histories; set target.api: chat")
+        if scn.load.kind != "sequential":
+            raise ValueError(
+                "load: the sessions test sets its own load (test.active_users, test.arrival_rate_per_s); "
+                "leave load out"
+            )
+
+    @property
+    def max_active(self) -> int:
+        return min(self.active_users or self.users, self.users)
+
+    @property
+    def max_in_flight(self) -> int | None:
+        return self.max_active  # one request per active user at most
+
+
 # name -> section model; the union below and run/registry.py are built from it
-SECTIONS: dict[str, type[SectionBase]] = {"ttft": TtftSection, "throughput": ThroughputSection}
+SECTIONS: dict[str, type[SectionBase]] = {
+    "ttft": TtftSection,
+    "throughput": ThroughputSection,
+    "sessions": SessionsSection,
+}
 
 
 def _shorthand(v: Any) -> Any:
@@ -136,7 +259,9 @@ def _shorthand(v: Any) -> Any:
 
 # `test: ttft` is short for `test: {kind: ttft}`
 TestSection = Annotated[
-    TtftSection | ThroughputSection, Field(discriminator="kind"), BeforeValidator(_shorthand)
+    TtftSection | ThroughputSection | SessionsSection,
+    Field(discriminator="kind"),
+    BeforeValidator(_shorthand),
 ]
 
 # old dotted key -> (new dotted key, the test type that reads it)

@@ -80,9 +80,9 @@ def test_throughput_over_slots(llamacpp_installed: Installed, run_dir: Path) -> 
 def test_metric_names_are_real(llama_g1: EngineProcess) -> None:
     import urllib.request
 
-    from kvbench.cache import ADAPTERS
+    from kvbench.engines.adapters import get_adapter
 
     text = urllib.request.urlopen(llama_g1.base_url + "/metrics", timeout=10).read().decode()
-    adapter = ADAPTERS["llamacpp"]
+    adapter = get_adapter("llamacpp")
     for name in (*adapter.hit_counters, *adapter.source_counters):
         assert f"\n{name} " in text or text.startswith(name), f"{name} not in llama-server's /metrics"

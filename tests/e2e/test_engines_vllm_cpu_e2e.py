@@ -46,12 +46,12 @@ def test_throughput(vllm_server: EngineProcess, run_dir: Path) -> None:
 def test_metric_names_are_real(vllm_server: EngineProcess) -> None:
     import urllib.request
 
-    from kvbench.cache import ADAPTERS
+    from kvbench.engines.adapters import get_adapter
 
     text = urllib.request.urlopen(vllm_server.base_url + "/metrics", timeout=10).read().decode()
     for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
                  "vllm:prompt_tokens_by_source_total", "vllm:external_prefix_cache_hits_total"):  # fmt: skip
         assert f"\n{name}{{" in text, f"{name} not in vLLM's /metrics"
-    adapter = ADAPTERS["vllm"]
+    adapter = get_adapter("vllm")
     assert any(f"\n{n}{{" in text for n in adapter.hit_counters)
     assert any(f"\n{n}{{" in text for n in adapter.query_counters)

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from kvbench.errors import ColdUnverified
 from kvbench.mock.faults import FaultDecision, FaultPlan
 from kvbench.mock.server import MockApp, MockServer
 from kvbench.mock.spawn import spawned_mock
 from kvbench.results import read_manifest
-from kvbench.run.context import ColdUnverified
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
 
@@ -149,7 +149,7 @@ async def test_generic_engine_with_salt_only_by_choice_still_runs(tmp_path):
 
 
 async def test_413_from_tokenize_is_one_line_exit_3(tmp_path):
-    from kvbench.tokenize import PromptTooLarge
+    from kvbench.errors import PromptTooLarge
 
     async with tiny_server(tokenize_limit=2000) as url:
         with pytest.raises(PromptTooLarge) as err:

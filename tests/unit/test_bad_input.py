@@ -30,7 +30,7 @@ EXPECTED = {
     "noisy_on_ttft.yaml": "test.noisy: applies to the throughput test, not ttft",
     "old_layout_warm_repeats.yaml": "cache.warm_repeats: moved to test.warm_repeats",
     "old_layout_baseline.yaml": "baseline: moved to test.baseline",
-    "unknown_test.yaml": "test: Input tag 'sessions'",
+    "unknown_test.yaml": "test: Input tag 'chatbot'",
     "range_min_above_max.yaml": "prompts.lengths: min must not exceed max",
     "missing_name.yaml": "name: Field required",
     "unknown_api.yaml": "target.api: Input should be 'completions' or 'chat'",

@@ -9,8 +9,8 @@ import pytest
 from kvbench.baseurl import BaseURL, Redactor, auth_headers, redact_url
 from kvbench.client import ClientConfig, RequestRecord, ResponseStream, burst_warning, is_burst
 from kvbench.client.detail import error_detail
+from kvbench.run.target import TargetInfo, request_headers
 from kvbench.scenario import load_scenario, scenario_to_yaml
-from kvbench.target import TargetInfo, request_headers
 
 NGINX_502 = (
     "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"

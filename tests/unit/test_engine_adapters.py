@@ -25,8 +25,8 @@ from kvbench.engines.adapters import (
     register,
     unregister,
 )
+from kvbench.engines.telemetry import counter_deltas, parse_metrics
 from kvbench.scenario import load_scenario
-from kvbench.telemetry import counter_deltas, parse_metrics
 
 ADAPTERS = sorted(REGISTRY)
 
@@ -266,14 +266,6 @@ def test_registry_rules():
     finally:
         unregister("temp-engine")
     assert "temp-engine" not in engine_names()
-
-
-def test_legacy_names_still_import():
-    from kvbench.cache import ADAPTERS as LEGACY
-    from kvbench.cache import CacheAdapter, reset_cache  # noqa: F401
-
-    assert LEGACY is REGISTRY and LEGACY["vllm"].hit_counters and LEGACY["llamacpp"].source_counters
-    assert LEGACY["vllm"].engine == "vllm" and isinstance(LEGACY["mock"], CacheAdapter)
 
 
 def test_tier_hits_by_label():

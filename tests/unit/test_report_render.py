@@ -46,7 +46,12 @@ def test_every_report_file_written(reports):
     expected_pngs = {
         "ttft": {"ttft_vs_length.png", "speedup_vs_length.png", "throughput_timeline.png"},
         "throughput": {"throughput_timeline.png"},
-        "noisy": {"throughput_timeline.png", "quiet_vs_noisy.png"},
+        "noisy": {
+            "throughput_timeline.png",
+            "quiet_vs_noisy.png",
+            "noise_attribution.png",
+            "noise_pairs.png",
+        },
         "interrupted": {"throughput_timeline.png"},
         "killed": set(),
     }
@@ -147,3 +152,15 @@ def test_commands_module_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_noisy_report_from_an_older_run_explains_what_it_cannot_tell(reports):
+    """A run written before attribution existed (no ground truth, one pair): the section says so."""
+    d, _ = reports["noisy"]
+    md = _text(d, "report.md")
+    assert "## Noisy neighbour: effect, bottleneck, noise achieved" in md
+    assert "one pair only" in md  # no interval from one pair, and the section says how to get one
+    summary = json.loads(_text(d, "summary.json"))
+    assert summary["noise_effect"]["verdict"] == "unknown"
+    assert {a["source"] for a in summary["attribution"]} == {"client timings"}
+    assert summary["noise_explained"]["quiet_share"] is None

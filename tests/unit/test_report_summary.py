@@ -167,7 +167,7 @@ def test_fits_read_the_mock_profile_named_in_the_manifest():
 
 
 def test_target_manifest_records_the_mock_time_scale():
-    from kvbench.target import TargetInfo
+    from kvbench.run.target import TargetInfo
 
     info = TargetInfo(
         "mock", "http://x", "m", "mock", "completions", "ci", mock=SimpleNamespace(time_scale=0.01)

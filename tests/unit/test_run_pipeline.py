@@ -43,7 +43,8 @@ def test_plan_baseline_first_then_cached() -> None:
 
 
 def test_plan_noisy_pairs_replace_cached_and_respect_order() -> None:
-    scn = scenario({"kind": "throughput", "noisy": {"enabled": True, "pairs": 2, "order": "noisy_first"}})
+    noisy = {"enabled": True, "pairs": 2, "order": "noisy_first", "cache_start": "cold"}
+    scn = scenario({"kind": "throughput", "noisy": noisy})
     assert [n for n, _, _ in plan_of(scn)] == ["noisy-1", "quiet-1", "noisy-2", "quiet-2"]
     assert all(p.noisy == (p.label is Label.NOISY) for p in throughput_plan(scn, False))
 

@@ -1,12 +1,12 @@
-"""/metrics parsing and per-phase counter deltas (kvbench.telemetry), without a network."""
+"""/metrics parsing and per-phase counter deltas (kvbench.engines.telemetry), without a network."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+from kvbench.engines.telemetry import Scraper, counter_deltas, parse_metrics, sum_delta
 from kvbench.results import JsonlWriter, read_jsonl
-from kvbench.telemetry import Scraper, counter_deltas, parse_metrics, sum_delta
 
 TEXT = """\
 # HELP vllm:prefix_cache_hits Prefix cache hits, in terms of number of cached tokens.

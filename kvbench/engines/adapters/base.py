@@ -5,8 +5,9 @@ engine-specific that the run needs is asked of the adapter, never hand-dispatche
 
 - cache reset: `reset()` (with `reset_paths()`, `reset_succeeded()`, `reset_gives_up()`)
 - counters: `hit_counters`, `query_counters`, `source_counters`, `tier_counter`; `hits()`,
-  `queries()`, `sources()`, `tier_hits()` read them from per-phase deltas; `metric_prefixes`
-  says which /metrics families are kept at all
+  `queries()`, `sources()`, `tier_hits()` read them from per-phase deltas; `time_counters` and
+  `time_split()` the engine's own seconds per request part (queue, prefill, decode, onboarding),
+  for the report's time attribution; `metric_prefixes` says which /metrics families are kept
 - detection: `owned_by_words` (GET /v1/models) and `metric_words` (GET /metrics), asked in
   `detect_order`
 - prompts: `tokenize_styles` (the /tokenize dialects, first tried first), `extra_body` (added to
@@ -30,7 +31,7 @@ from kvbench.errors import KvbenchError
 
 
 class ControlHTTP(Protocol):
-    """The untimed JSON client an adapter talks through (today `kvbench.cache.TargetHTTP`)."""
+    """The untimed JSON client an adapter talks through (today `kvbench.client.control.ControlClient`)."""
 
     base_url: str
     headers: dict[str, str]
@@ -83,6 +84,9 @@ class EngineAdapter:
     metric_prefixes: ClassVar[tuple[str, ...]] = ()  # /metrics families kept in metrics.jsonl
     # (counter, label): cached prompt tokens by where they came from, e.g. the mock's tier="G4"
     tier_counter: ClassVar[tuple[str, str] | None] = None
+    # seconds the engine itself spent per part of a request (report.attribution's components:
+    # queue, prefill, onboard_G2/G3/G4, decode), each the first of its counters present
+    time_counters: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     # -- detection ------------------------------------------------------------------------------
     owned_by_words: ClassVar[tuple[str, ...]] = ()  # substrings of /v1/models owned_by
@@ -154,6 +158,15 @@ class EngineAdapter:
                 m := re.search(rf'(?:^|[{{,]){re.escape(label)}="([^"]*)"', key)
             ):
                 out[m.group(1)] = out.get(m.group(1), 0.0) + value
+        return out
+
+    def time_split(self, deltas: Mapping[str, float]) -> dict[str, float]:
+        """Seconds per request component from a phase's counter deltas ({} where none is present)."""
+        out: dict[str, float] = {}
+        for component, names in self.time_counters.items():
+            value = first_present_sum(deltas, names)
+            if value is not None:
+                out[component] = value
         return out
 
     def pin_request(self, slot: int) -> dict[str, Any]:

@@ -65,6 +65,11 @@ class LlamacppAdapter(EngineAdapter):
     source_counters = ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")
     # kvbench_lab_: the lab's G4 connector in front of llama-server (kvbench/lab/connector.py)
     metric_prefixes = ("llamacpp:", "kvbench_lab_")
+    # llama-server --metrics: seconds spent on prompt processing and on generation, all slots
+    time_counters: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "prefill": ("llamacpp:prompt_seconds_total",),
+        "decode": ("llamacpp:tokens_predicted_seconds_total",),
+    }
     owned_by_words = ("llamacpp", "llama.cpp")
     metric_words = ("llamacpp:",)
     detect_order = 40

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from kvbench.engines.adapters.base import EngineAdapter
@@ -23,6 +24,13 @@ class VllmAdapter(EngineAdapter):
     query_counters = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
     source_counters = ("vllm:prompt_tokens_by_source_total", "vllm:prompt_tokens_by_source")
     tier_counter = ("vllm:prompt_tokens_by_source_total", "source")  # local_cache_hit, external_kv_transfer
+    # vLLM v1's per-request histograms (seconds, summed): its prefill time includes loading a KV
+    # connector's blocks (onboarding), which it does not time apart
+    time_counters: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "queue": ("vllm:request_queue_time_seconds_sum",),
+        "prefill": ("vllm:request_prefill_time_seconds_sum",),
+        "decode": ("vllm:request_decode_time_seconds_sum",),
+    }
     metric_prefixes = ("vllm:",)
     owned_by_words = ("vllm",)
     metric_words = ("vllm:",)

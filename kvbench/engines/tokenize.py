@@ -18,15 +18,15 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from kvbench.cache import TargetHTTP
+from kvbench.client.control import ControlClient
 from kvbench.engines.adapters import get_adapter
-from kvbench.errors import TargetUnreachable
+from kvbench.errors import PromptTooLarge
 
 CountOne = Callable[[str], Awaitable[int]]
 
 
 async def server_token_counter(
-    http: TargetHTTP, model: str, engine: str, api: str = "completions"
+    http: ControlClient, model: str, engine: str, api: str = "completions"
 ) -> CountOne | None:
     """A working counter for this server, or None when it has no tokenize endpoint.
 
@@ -48,15 +48,6 @@ async def server_token_counter(
     return None
 
 
-class PromptTooLarge(TargetUnreachable):
-    """The server (or a proxy in front of it) refuses a request body this large: HTTP 413.
-
-    Exit 3, as for every refusal by the target before the first phase: the scenario is valid
-    and another deployment of the same server would take it; what must change is the body limit
-    on the way (or the prompt lengths).
-    """
-
-
 def _too_large(text: str, size: int, status: int) -> PromptTooLarge:
     return PromptTooLarge(
         f"POST /tokenize answered HTTP {status} (payload too large) for a prompt of {len(text):,} "
@@ -69,7 +60,7 @@ def _too_large(text: str, size: int, status: int) -> PromptTooLarge:
 _COUNT = re.compile(rb'^\s*\{\s*"count"\s*:\s*(\d+)\s*[,}]')
 
 
-def _counter(http: TargetHTTP, model: str, style: str) -> CountOne:
+def _counter(http: ControlClient, model: str, style: str) -> CountOne:
     async def count(text: str) -> int:
         payload: dict[str, object] = {"model": model, "prompt": text}
         if style == "vllm-chat":

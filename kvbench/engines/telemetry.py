@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from kvbench.cache import TargetHTTP
+from kvbench.client.control import ControlClient
 from kvbench.engines.adapters import first_present_sum, metric_prefixes
 from kvbench.results import JsonlWriter
 
@@ -63,7 +63,7 @@ def sum_delta(deltas: dict[str, float], names: tuple[str, ...]) -> float | None:
 
 @dataclass
 class Scraper:
-    http: TargetHTTP
+    http: ControlClient
     writer: JsonlWriter | None
     origin_ns: int
     enabled: bool = True

@@ -20,8 +20,9 @@ from typing import Any
 import aiohttp
 
 from kvbench.baseurl import REDACTED, BaseURL, redact_url
-from kvbench.cache import TargetHTTP, detect_engine
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body
+from kvbench.client.control import ControlClient
+from kvbench.engines.adapters import detect_engine
 from kvbench.errors import TargetUnreachable, UsageError
 from kvbench.scenario import Scenario
 
@@ -114,7 +115,7 @@ async def embedded_mock(
         yield handle
 
 
-async def preflight(http: TargetHTTP, scn: Scenario) -> tuple[str, str | None, int | None]:
+async def preflight(http: ControlClient, scn: Scenario) -> tuple[str, str | None, int | None]:
     """GET /v1/models: the model to use, the server version, the context length. Exit 3 if unreachable."""
     try:
         status, body = await http.request("GET", "/v1/models")
@@ -147,7 +148,7 @@ async def preflight(http: TargetHTTP, scn: Scenario) -> tuple[str, str | None, i
     return model, version, max_len
 
 
-async def probe_timed(http: TargetHTTP, scn: Scenario, model: str) -> RequestRecord:
+async def probe_timed(http: ControlClient, scn: Scenario, model: str) -> RequestRecord:
     """One short streaming request through the timed transport; exit 3 if that path cannot work."""
     t = scn.target.timeouts
     cfg = ClientConfig(
@@ -184,7 +185,7 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-async def identify(http: TargetHTTP, scn: Scenario) -> str:
+async def identify(http: ControlClient, scn: Scenario) -> str:
     if scn.target.engine == "auto":
         return await detect_engine(http)
     return scn.target.engine

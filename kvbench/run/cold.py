@@ -11,43 +11,20 @@ Cold must be guaranteed, not hoped for. Two mechanisms, used together:
    probe cached nothing, so a clean second one proves nothing about the reset.
 
 How each engine resets, counts and is detected lives in kvbench.engines.adapters (one module
-per engine); `ADAPTERS`, `CacheAdapter`, `reset_cache`, `detect_engine` and `llamacpp_slots`
-are kept here for their importers. `TargetHTTP` (the untimed JSON client) moves to the client
-package.
+per engine); this module holds the rule that turns a reset and two probes into a verdict.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from kvbench.client.control import ControlClient as TargetHTTP
-from kvbench.engines.adapters import REGISTRY, EngineAdapter, detect_engine, get_adapter
+from kvbench.client.control import ControlClient
+from kvbench.engines.adapters import EngineAdapter
 
-__all__ = [
-    "ADAPTERS",
-    "CacheAdapter",
-    "ProbeRecord",
-    "TargetHTTP",
-    "cold_probe_verdict",
-    "detect_engine",
-    "llamacpp_slots",
-    "reset_cache",
-]
-
-# the registry itself (not a copy): an adapter registered later is found here too
-ADAPTERS: dict[str, EngineAdapter] = REGISTRY
-CacheAdapter = EngineAdapter
+__all__ = ["ProbeRecord", "cold_probe_verdict", "reset_cache"]
 
 
-async def llamacpp_slots(http: TargetHTTP) -> list[int]:
-    from kvbench.engines.adapters.llamacpp import LlamacppAdapter
-
-    adapter = get_adapter("llamacpp")
-    assert isinstance(adapter, LlamacppAdapter)
-    return await adapter.slots(http)
-
-
-async def reset_cache(adapter: EngineAdapter, http: TargetHTTP, attempts: int = 5) -> tuple[bool, str]:
+async def reset_cache(adapter: EngineAdapter, http: ControlClient, attempts: int = 5) -> tuple[bool, str]:
     """Ask the server to drop its prefix cache. Returns (done, detail)."""
     return await adapter.reset(http, attempts)
 
