@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -213,7 +214,7 @@ async def test_fio_clients_on_a_shared_directory_keep_apart(cluster, tmp_path):
 def test_sigint_during_a_ray_noisy_phase_stops_every_remote_generator(cluster, tmp_path):
     c, _ = cluster
     p = kvbench_cli(
-        *("run", "throughput", "--noisy", "--cluster", "ray", "--quiet", "--no-report"),
+        *("run", "throughput", "--noisy", "--pairs", "1", "--cluster", "ray", "--quiet", "--no-report"),
         *("--prompts", "4", "--set", "prompts.lengths=[2000]", "--requests", "4000", "--concurrency", "2"),
         *("--set", "noise.clients=3", "--set", "noise.senders=2", "--set", "noise.rate_bytes_per_s=30000000"),
         *("--set", "cluster.cpus_per_noise_client=0.5", "--output-dir", str(tmp_path)),
@@ -249,7 +250,7 @@ def test_kvbench_run_throughput_noisy_cluster_ray_writes_per_node_noise_rows(clu
     """`kvbench run throughput --noisy --cluster ray`: 4 noise clients spread over the nodes."""
     c, _ = cluster
     p = kvbench_cli(
-        *("run", "throughput", "--noisy", "--cluster", "ray", "--quiet", "--no-report"),
+        *("run", "throughput", "--noisy", "--pairs", "1", "--cluster", "ray", "--quiet", "--no-report"),
         *("--prompts", "4", "--set", "prompts.lengths=[2000]", "--requests", "300", "--concurrency", "2"),
         *("--max-tokens", "64"),  # a noisy phase of a few seconds: full per-second rows
         *("--set", "noise.clients=4", "--set", "noise.senders=1", "--set", "noise.rate_bytes_per_s=40000000"),
@@ -270,10 +271,14 @@ def test_kvbench_run_throughput_noisy_cluster_ray_writes_per_node_noise_rows(clu
     rows = read_jsonl(run_dir / "noise.jsonl")
     clients = [r for r in rows if r["client"] != "total"]
     assert len({r["node_id"] for r in clients}) >= 2
-    assert sum(r["bytes"] for r in rows if r["client"] == "total") == noise["total_bytes"]
-    assert sum(r["client"] == "total" for r in rows) >= 2
+    totals = [r for r in rows if r["client"] == "total" and r["phase"] == noisy["name"]]
+    assert sum(r["bytes"] for r in totals) == noise["total_bytes"] and len(totals) >= 2
     print("per node:", [(n["node_id"][:8], n["clients"], n["gb_per_s"]) for n in noise["cluster"]["nodes"]])
     # nothing left running: no sender towards the run's sink, no noise actor
     (target,) = {t for cl in noise["clients"] for t in cl["config"]["targets"]}
     assert cmdlines(f"kvbench.noise.sender {target.replace(':', ' ')}") == []
     assert alive_actors("NoiseClient") == []
+    rep = subprocess.run(
+        [sys.executable, "-m", "kvbench", "report", str(run_dir)], capture_output=True, text=True
+    )
+    assert rep.returncode == 0, rep.stderr  # the report reads a Ray run like any other
