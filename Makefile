@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,fast]'
+	$(BIN)/python -m pip install -q -e '.[dev,fast,ray]'
 	touch $(STAMP)
 
 test: setup

@@ -6,16 +6,16 @@ paced load, starting each one at its arrival time. What a request does and how i
 recorded stays with the caller (kvbench.run.context.Run.issue), so a backend only decides
 WHERE and WHEN requests start.
 
-`local` is today's in-process asyncio workers. A remote backend (Ray actors, agents on other
-hosts) is another implementation registered in BACKENDS: it will need the request spec apart
-from its execution (prompt, label, salted text; then client.send on the remote side, rows
-streamed back with each worker's clock offset measured at start) -- `issue` is the seam to
-split when that lands.
+`local` is today's in-process asyncio workers. `ray` (ray_backend.py, `load.workers: K` with
+`cluster.backend: ray`) sends from K actors on a Ray cluster: it needs the request apart from its
+execution, so its `issue` is a RemotePhase (prepare / record, kvbench.run.remote) rather than a
+coroutine; `remote = True` tells the phase to pass one. A backend with `aclose()` keeps state
+across phases (the ray workers) and is closed at the end of the run.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from kvbench.load.schedule import Issue, WorkItem, run_closed_loop, run_open_loop
 from kvbench.scenario import Load
@@ -44,6 +44,10 @@ class LocalBackend:
 BACKENDS: dict[str, type[LoadBackend]] = {"local": LocalBackend}
 
 
-def load_backend(name: str = "local") -> LoadBackend:
-    """A backend by name (only `local` today)."""
+def load_backend(name: str = "local", **options: Any) -> LoadBackend:
+    """A backend by name: `local`, or `ray` (options: workers, placement; needs `kvbench[ray]`)."""
+    if name == "ray":
+        from kvbench.load.ray_backend import RayLoadBackend
+
+        return RayLoadBackend(**options)
     return BACKENDS[name]()

@@ -18,9 +18,9 @@ without an explicit target; every loop is bounded in time (max_duration_s).
 
 The registry. A (kind, cluster) pair maps to its backend factory, `factory(cfg, NoiseContext) ->
 NoiseBackend` (the interface is in backend.py: start / sample_bytes / stop). `cluster` says where
-the generators run: "local" (child processes of this kvbench, the only one built in) or, added
-later, e.g. "ray" (the same generators in actors on other nodes): a module that registers its
-factory for the kinds it can place, and a caller that passes cluster="ray". Built-in entries are
+the generators run: "local" (child processes of this kvbench) or "ray" (the same generators in
+actors on a Ray cluster's nodes, ray_backend.py): a module that registers its factory for the
+kinds it can place, and a caller that passes cluster="ray". Built-in entries are
 "module:attribute" strings imported on first use, for two reasons: listing the kinds
 (noise_kinds(), from which the scenario's list of kinds can be derived) costs nothing, and this
 package stays free of imports, because every tcp sender process imports it on its way to
@@ -113,6 +113,11 @@ register_noise_kind("none", "kvbench.noise.backend:NoNoiseBackend")
 register_noise_kind("tcp", "kvbench.noise.tcp:TcpNoiseBackend")
 register_noise_kind("iperf3", "kvbench.noise.iperf3:Iperf3NoiseBackend")
 register_noise_kind("fio", "kvbench.noise.fio:FioNoiseBackend")
+# the same generators as Ray actors on a cluster's nodes (ray_backend.py; needs `kvbench[ray]`)
+register_noise_kind("none", "kvbench.noise.backend:NoNoiseBackend", cluster="ray")
+for _kind in ("tcp", "iperf3", "fio"):
+    register_noise_kind(_kind, "kvbench.noise.ray_backend:RayNoiseBackend", cluster="ray")
+del _kind
 
 # The package's public names, imported from their modules only when asked for (see above).
 _LAZY = {

@@ -155,6 +155,11 @@ class PhaseEntry(Record):
     )
     sessions: SessionsPhase | None = Field(None, description="Sessions test: the phase's users and turns.")
     pair: int | None = Field(None, description="Quiet/noisy phases: the pair (1-based) the phase belongs to.")
+    load_backend: dict[str, Any] | None = Field(
+        None,
+        description="Load sent by Ray workers: each worker's node, concurrency, rows, state (lost?), "
+        "requests lost in flight or never issued, clock offset to the driver.",
+    )
 
     @field_validator("label", mode="before")
     @classmethod
@@ -205,7 +210,9 @@ class TtftStep(Record):
 
 
 # keys a manifest has only once known (absent rather than null, as kvbench has always written them)
-OMIT_WHEN_NONE = frozenset({"load", "requests", "prompts", "cold_start", "ttft_steps", "error", "lab"})
+OMIT_WHEN_NONE = frozenset(
+    {"load", "requests", "prompts", "cold_start", "ttft_steps", "error", "lab", "cluster"}
+)
 
 
 class Manifest(Record):
@@ -234,6 +241,11 @@ class Manifest(Record):
     ttft_steps: list[TtftStep] | None = Field(None, description="TTFT test: one entry per prompt and rep.")
     error: str | None = Field(None, description="Message when status is failed.")
     lab: LabRecord | None = Field(None, description="The kvbench lab's link when the target is a lab engine.")
+    cluster: dict[str, Any] | None = Field(
+        None,
+        description="cluster.backend ray: the Ray session (address, mode, version, driver node, limits) "
+        "and the load workers (placement, nodes, clock offsets, lost ones).",
+    )
 
     def to_json_dict(self) -> dict[str, Any]:
         """The dict written to manifest.json (optional sections absent until known)."""

@@ -119,8 +119,15 @@ def run_cmd(
     ] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the report at the end.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain, minimal output.")] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Where noise clients and load workers run: local, ray (RAY_ADDRESS, the cluster of "
+            "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
+        ),
+    ] = None,
 ) -> None:
-    from kvbench.scenario import load_scenario
+    from kvbench.scenario import load_scenario, parse_cluster_flag
 
     overrides = build_overrides(
         base_url=base_url,
@@ -143,6 +150,8 @@ def run_cmd(
         set_values=set_values,
         api_key_env=api_key_env,
     )
+    if cluster is not None:
+        overrides.update(parse_cluster_flag(cluster))
     scn, _ = load_scenario(scenario, overrides)
     code = execute(
         scn,

@@ -69,7 +69,11 @@ class Run:
         self.summary_lines: list[str] = []
         self.token_counter: TokenCounter | None = None
         self.seq = 0
-        self.load_backend: LoadBackend = load_backend(opts.load_backend)
+        self.load_backend: LoadBackend = (
+            load_backend("ray", workers=scn.load.workers)
+            if scn.load.workers
+            else load_backend(opts.load_backend)
+        )
 
     # -- one request ---------------------------------------------------------------------------------
 
@@ -116,13 +120,14 @@ class Run:
             finally:
                 self.progress.request_done(rec.ok)
                 if final or rec.status == "cancelled":
-                    self._record(rec)
+                    self.record(rec)
             if final:
                 return rec
             await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
 
-    def _record(self, rec: RequestRecord) -> None:
-        self.rd.requests.write(rec.to_row())
+    def record(self, rec: RequestRecord, extra: dict[str, Any] | None = None) -> None:
+        """Write a request's row (plus `extra` columns: a remote worker's name and node) and count it."""
+        self.rd.requests.write({**rec.to_row(), **extra} if extra else rec.to_row())
         self.records.append(rec)
         if not rec.ok:
             self.error_counts[rec.error_type or "unknown"] += 1

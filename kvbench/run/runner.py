@@ -45,6 +45,7 @@ from kvbench.results.schema import (
 from kvbench.run.context import Run, RunOptions
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
+from kvbench.run.remote import connect_cluster
 from kvbench.run.target import TargetInfo, embedded_mock, identify, preflight, request_headers
 from kvbench.scenario import Scenario, scenario_to_yaml
 
@@ -147,11 +148,21 @@ async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> Ru
     headers = request_headers(scn, opts.api_key_env)
     origin_ns = time.perf_counter_ns()
     async with contextlib.AsyncExitStack() as stack:
+        cluster = connect_cluster(scn)  # Ray first: a missing Ray or cluster is exit 2 before anything runs
+        if cluster is not None:
+            from kvbench.cluster.session import disconnect
+
+            stack.callback(disconnect)
         conn = await connect_target(stack, scn, opts, headers, made)
         client = make_client(scn, opts, conn, origin_ns, headers)
         stack.push_async_callback(client.aclose)
         rd = start_manifest(scn, opts, conn, origin_ns)
         run = Run(scn, opts, rd, conn.target, conn.http, client, conn.adapter, origin_ns)
+        if cluster is not None:
+            rd.update(cluster={"session": cluster.record()})
+        closer = getattr(run.load_backend, "aclose", None)
+        if closer is not None:
+            stack.push_async_callback(closer)
         await run_plan(run)
     return outcome(run)
 
@@ -306,6 +317,9 @@ def finish(run: Run, status: str) -> None:
         error_counts=dict(run.error_counts),
         requests=len(run.records),
     )
+    remote = getattr(run.load_backend, "record", None)  # Ray load workers: where they ran, which were lost
+    if remote is not None and run.rd.manifest is not None:
+        run.rd.update(cluster={**(run.rd.manifest.cluster or {}), "load": remote()})
     (run.rd.path / METRIC_DELTAS).write_text(_json(run.metric_deltas), encoding="utf-8")
     run.rd.save_manifest()
     run.rd.close()

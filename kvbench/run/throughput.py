@@ -124,22 +124,50 @@ async def run_phase(
             noise_active=plan.noisy,
         )
 
+    work: Any = issue
+    if getattr(run.load_backend, "remote", False):  # the requests are sent elsewhere (Ray workers)
+        from kvbench.run.remote import RunPhase
+
+        work = RunPhase(
+            run,
+            name=plan.name,
+            label=plan.label,
+            repetition=plan.repetition,
+            noisy=plan.noisy,
+            prompts=prompts,
+            texts=texts,
+        )
     async with noise_for(run, plan) as noise:
         started = run.client.now()  # after the noise is up: its start-up is not phase time
         async with run.scraper.during(plan.name, scn.telemetry.interval_s):
             try:
-                await run.load_backend.run(scn.load, items, issue)
+                await run.load_backend.run(scn.load, items, work)
             finally:
                 run.progress.end_phase()
         ended = run.client.now()
     noise_summary = noise.summary() if noise is not None else None  # final totals, after it stopped
     after = await run.scraper.scrape(plan.name)
     run.end_metrics(plan.name, before, after)
+    remote = getattr(run.load_backend, "phases", None)
     extra: dict[str, Any] = {"pair": plan.pair} if plan.pair is not None else {}
     entry = phase_entry(
-        run, plan.name, plan.label, plan.repetition, started, ended=ended, noise=noise_summary, **extra
+        run,
+        plan.name,
+        plan.label,
+        plan.repetition,
+        started,
+        ended=ended,
+        noise=noise_summary,
+        load_backend=remote[-1] if remote else None,
+        **extra,
     )
     run.add_phase(entry)
+    for w in (entry.load_backend or {}).get("workers", []):
+        if w["state"] == "lost":
+            run.progress.log(
+                f"load: {w['worker']} on {w['hostname']} was lost: {w['lost_in_flight']} requests in flight "
+                f"recorded as worker_lost, {w['not_issued']} never issued ({w['error']})"
+            )
     if noise_summary and noise_summary.get("warning"):
         run.progress.log(f"noise: {noise_summary['warning']}")
     return entry
@@ -165,6 +193,7 @@ async def noise_for(run: Run, plan: PhasePlan) -> AsyncIterator[Any]:
         writer=run.noise_writer,
         origin_ns=run.origin_ns,
         default_targets=defaults,
+        cluster=run.scn.cluster.backend,
     ) as handle:
         if plan.settle_s:  # let the target's view of the noise ramp up before the phase's clock starts
             await asyncio.sleep(plan.settle_s)

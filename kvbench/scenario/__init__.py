@@ -2,12 +2,14 @@
 
 sections.py   shared sections: target, prompts, output, cache, telemetry
 load.py       load kinds (sequential | concurrent | rate), each with max_in_flight
-noise.py      background-traffic kinds (none | tcp | iperf3 | fio)
+noise.py      background-traffic kinds (none | tcp | iperf3 | fio), with clients and placement
+cluster.py    where noise clients and load workers run: local, or a Ray cluster
 testtypes.py  one section per test type, discriminated on test.kind (+ the old-layout map)
 model.py      Scenario: all of the above, checked together
 loading.py    find, read (kvbench.configfile) and validate a file; write it back as YAML
 """
 
+from kvbench.scenario.cluster import ClusterSection, parse_cluster_flag
 from kvbench.scenario.load import ConcurrentLoad, Load, RateLoad, SequentialLoad
 from kvbench.scenario.loading import (
     MAX_SCENARIO_BYTES,
@@ -49,6 +51,7 @@ __all__ = [
     "SECTIONS",
     "BetweenPhases",
     "Cache",
+    "ClusterSection",
     "ConcurrentLoad",
     "Engine",
     "FioNoise",
@@ -74,6 +77,7 @@ __all__ = [
     "Timeouts",
     "TtftSection",
     "load_scenario",
+    "parse_cluster_flag",
     "parse_yaml_text",
     "resolve_scenario_path",
     "scenario_search_path",

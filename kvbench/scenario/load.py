@@ -17,6 +17,11 @@ class SequentialLoad(Strict):
     kind: Literal["sequential"] = "sequential"
 
     @property
+    def workers(self) -> int:
+        """One request at a time: always sent from this process."""
+        return 0
+
+    @property
     def max_in_flight(self) -> int:
         return 1
 
@@ -50,6 +55,13 @@ class ConcurrentLoad(Strict):
         description="each_equally: every prompt used requests/count times, shuffled; random: seeded draws.",
     )
     seed: int = Field(0, description="Seed for the request order.")
+    workers: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="0: this process sends the load; K >= 1: K Ray load workers (cluster.backend: ray) "
+        "share it, the concurrency (or in-flight cap) split between them.",
+    )
 
     @property
     def max_in_flight(self) -> int:
@@ -76,6 +88,13 @@ class RateLoad(Strict):
         ..., gt=0, le=10_000_000, description="Requests per phase.", json_schema_extra=flag("requests")
     )
     seed: int = Field(0, description="Seed for arrivals and request order.")
+    workers: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="0: this process sends the load; K >= 1: K Ray load workers (cluster.backend: ray) "
+        "share it, the concurrency (or in-flight cap) split between them.",
+    )
 
     @property
     def max_in_flight(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from kvbench.scenario.cluster import ClusterSection
 from kvbench.scenario.load import Load, SequentialLoad
 from kvbench.scenario.noise import Noise, NoNoise
 from kvbench.scenario.sections import Cache, Output, Prompts, Strict, Target, Telemetry, flag
@@ -23,6 +24,9 @@ class Scenario(Strict):
     cache: Cache = Field(default_factory=Cache, description="Cache state and control.")
     noise: Noise = Field(default_factory=NoNoise, description="Background traffic for noisy phases.")
     telemetry: Telemetry = Field(default_factory=Telemetry, description="Server metrics scraping.")
+    cluster: ClusterSection = Field(
+        default_factory=ClusterSection, description="Where noise clients and load workers run (local | ray)."
+    )
     repetitions: int = Field(
         1,
         gt=0,
@@ -49,6 +53,11 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         self.test.check(self)
+        if self.cluster.backend != "ray":
+            if getattr(self.noise, "clients", 1) > 1:
+                raise ValueError("noise.clients: more than one noise client needs cluster.backend: ray")
+            if self.load.workers:
+                raise ValueError("load.workers: load workers need cluster.backend: ray (0 = this process)")
         problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
         if problem:
             raise ValueError(problem)

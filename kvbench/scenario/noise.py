@@ -13,7 +13,24 @@ class NoNoise(Strict):
     kind: Literal["none"] = "none"
 
 
-class TcpNoise(Strict):
+class Placed(Strict):
+    """Noise that a Ray cluster can spread: how many clients, and on which nodes."""
+
+    clients: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Noise clients, each running this generator (cluster.backend: ray; the published "
+        "test used 4 machines). tcp: rate_bytes_per_s is the total, split evenly; iperf3: servers dealt out.",
+    )
+    placement: Literal["spread", "pack"] = Field(
+        "spread",
+        description="spread: one client per node while nodes last (the driver's node last); "
+        "pack: fill a node's CPUs first.",
+    )
+
+
+class TcpNoise(Placed):
     kind: Literal["tcp"] = "tcp"
     targets: list[str] = Field(
         default_factory=list,
@@ -27,7 +44,7 @@ class TcpNoise(Strict):
     max_duration_s: float = Field(3600.0, gt=0, description="Hard stop for the generator.")
 
 
-class Iperf3Noise(Strict):
+class Iperf3Noise(Placed):
     kind: Literal["iperf3"] = "iperf3"
     servers: list[str] = Field(..., min_length=1, description="iperf3 servers, host or host:port.")
     parallel: int = Field(4, gt=0, le=128, description="Streams per client (-P).")
@@ -35,7 +52,7 @@ class Iperf3Noise(Strict):
     max_duration_s: float = Field(3600.0, gt=0, description="Hard stop for the generator.")
 
 
-class FioNoise(Strict):
+class FioNoise(Placed):
     kind: Literal["fio"] = "fio"
     path: str = Field(..., description="Directory or file to contend on.")
     rw: Literal["read", "write", "randread", "randwrite", "rw", "randrw"] = Field(

@@ -51,12 +51,14 @@ def test_unknown_kind_is_a_one_line_usage_error() -> None:
 
 
 def test_kinds_are_per_cluster() -> None:
-    """A remote cluster (ray, next) registers its own factories; none are there until it does."""
-    assert noise_kinds("ray") == ()
+    """A remote cluster registers its own factories (ray: the same kinds); none elsewhere."""
+    assert noise_kinds("ray") == ("none", "tcp", "iperf3", "fio")
+    assert noise_kinds("elsewhere") == ()
     with pytest.raises(UsageError) as exc:
-        noise_backend_factory("tcp", "ray")
+        noise_backend_factory("tcp", "elsewhere")
     assert (
-        exc.value.message == "noise.kind: unknown noise kind 'tcp' on cluster 'ray' (known: none registered)"
+        exc.value.message
+        == "noise.kind: unknown noise kind 'tcp' on cluster 'elsewhere' (known: none registered)"
     )
 
 

@@ -1,0 +1,383 @@
+"""Load on a Ray cluster: K worker actors, each sending its share of a phase with kvbench's client.
+
+The driver keeps everything that is not sending: the prompts and bodies (prepared by the phase,
+so request ids stay unique across workers), cold-start verification, cache resets and /metrics,
+and the run directory. Per phase:
+
+    split     items dealt round-robin to the K workers; the concurrency (closed loop) or the
+              in-flight cap (paced load, whose arrival times are kept) split so that the shares
+              add up to the scenario's: in flight across the cluster never exceeds it
+    start     each worker gets its share and a common start time on its own clock (the driver's
+              start moved through the worker's clock offset, measured when it was created)
+    stream    the driver polls every worker a few dozen times a second and writes each finished
+              row to requests.jsonl as it arrives, with the worker, its node id and hostname
+    lost      a worker whose node disappears (or that stops answering) is recorded: the requests
+              it had started and not finished become rows with error_type `worker_lost`; the ones
+              it never started are counted as not issued; the other workers finish the phase
+    cancel    an interrupted run cancels every worker's requests (they come back `cancelled`)
+
+Workers are created on the first phase and kept for the run (aclose() ends them), so a phase does
+not pay for actor start-up. Placement: kvbench.cluster.placement (spread or pack).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kvbench.cluster import require_ray
+from kvbench.cluster.calls import call, is_lost, one_line, settle
+from kvbench.cluster.clock import ClockOffset, measure_offset
+from kvbench.cluster.placement import (
+    NodeInfo,
+    Placement,
+    alive_nodes,
+    is_loopback,
+    node_affinity,
+    off_this_machine,
+    place,
+)
+from kvbench.errors import UsageError
+
+POLL_INTERVAL_S = 0.02
+POLL_TIMEOUT_S = 5.0
+SILENT_LOST_S = 30.0  # a worker that has not answered a poll for this long is taken as lost
+START_LEAD_NS = 100_000_000  # the common start: this far after the driver hands out the shares
+WORKER_LOST = "worker_lost"
+_ACTOR_CLASS: Any = None
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """One request as the phase prepared it: the worker only sends it."""
+
+    request_id: str
+    fields: dict[str, Any]  # RequestRecord fields: phase, label, repetition, prompt_id, ... noise_active
+    body: bytes
+    offset_s: float = 0.0  # paced load: arrival time from phase start
+
+
+class RemotePhase(Protocol):
+    """What a remote backend needs from a phase (kvbench.run builds it around Run.issue's parts)."""
+
+    retries: int
+
+    def prepare(self, item: Any) -> PreparedRequest: ...
+
+    def client_spec(self) -> dict[str, Any]: ...
+
+    def started(self, request_id: str) -> None: ...
+
+    def record(self, rec: Any, extra: dict[str, Any]) -> None: ...
+
+
+def split_shares(count: int, concurrency: int, workers: int) -> list[tuple[list[int], int]]:
+    """Item indexes and concurrency of each worker: round-robin items, concurrency as even as it
+    goes, never more workers than the concurrency (each needs one) or the items."""
+    k = max(1, min(workers, concurrency, count or 1))
+    return [
+        (list(range(w, count, k)), concurrency // k + (1 if w < concurrency % k else 0)) for w in range(k)
+    ]
+
+
+@dataclass
+class _Worker:
+    name: str
+    node: NodeInfo
+    actor: Any = None
+    where: dict[str, Any] = field(default_factory=dict)
+    clock: ClockOffset | None = None
+    state: str = "placed"  # placed | ready | lost | failed
+    error: str | None = None
+    # this phase
+    specs: dict[str, PreparedRequest] = field(default_factory=dict)
+    started: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
+    concurrency: int = 0
+    peak_in_flight: int = 0
+    done: bool = False
+    last_answer: float = 0.0
+    lost_rows: int = 0  # in-flight requests turned into worker_lost rows
+
+    def extra(self) -> dict[str, Any]:
+        return {
+            "worker": self.name,
+            "node_id": self.where.get("node_id") or self.node.node_id,
+            "hostname": self.where.get("hostname") or self.node.hostname,
+        }
+
+
+class RayLoadBackend:
+    """The `ray` load backend: `workers` actors placed on the cluster, kept for the whole run."""
+
+    name = "ray"
+    remote = True  # the phase passes a RemotePhase, not a coroutine (kvbench.run.throughput)
+
+    def __init__(self, workers: int = 2, placement: Placement = "spread") -> None:
+        self.ray = require_ray("load on a Ray cluster")
+        if workers < 1:
+            raise UsageError("load.workers: at least one load worker")
+        self.workers_wanted = workers
+        self.placement = placement
+        self.workers: list[_Worker] = []
+        self.session: Any = None
+        self.phases: list[dict[str, Any]] = []  # what each phase's manifest entry records
+        self._spec: dict[str, Any] | None = None  # the client spec the workers were opened with
+
+    # --- workers ----------------------------------------------------------------------------------
+
+    async def _ensure_workers(self, phase: RemotePhase, origin_ns: int) -> None:
+        if self.workers:
+            return
+        from kvbench.cluster import session
+
+        sess = self.session = session.current()
+        limits = sess.limits
+        plan = place(
+            self.workers_wanted,
+            alive_nodes(self.ray),
+            self.placement,
+            cpus_per_client=limits.cpus_per_load_worker,
+            avoid=sess.avoid(noise=False),
+        )
+        sess.load_nodes.update(n.node_id for n in plan)
+        _check_reachable(str(phase.client_spec()["config"]["base_url"]), plan)
+        actor_class = _actor_class(self.ray)
+        for i, node in enumerate(plan):
+            w = _Worker(name=f"load-{i}", node=node)
+            w.actor = actor_class.options(
+                num_cpus=limits.cpus_per_load_worker,
+                scheduling_strategy=node_affinity(node.node_id),
+                max_restarts=0,
+            ).remote(w.name)
+            self.workers.append(w)
+        wheres = await settle([w.actor.where.remote() for w in self.workers], limits.start_timeout_s)
+        for w, where in zip(self.workers, wheres, strict=True):
+            if isinstance(where, BaseException):
+                w.state, w.error = "failed", f"did not start on {w.node.hostname}: {one_line(where)}"
+                continue
+            w.where = where
+            w.clock = await self._clock(w)
+        ready = [w for w in self.workers if w.state == "placed"]
+        spec = phase.client_spec()
+        opened = await settle(
+            [w.actor.open.remote(spec, self._remote_origin(w, origin_ns)) for w in ready],
+            limits.start_timeout_s,
+        )
+        for w, res in zip(ready, opened, strict=True):
+            if isinstance(res, BaseException):
+                w.state, w.error = "failed", f"could not build its client: {one_line(res)}"
+            else:
+                w.state = "ready"
+        self._spec = spec
+        if not any(w.state == "ready" for w in self.workers):
+            first = next((w.error for w in self.workers if w.error), "no worker started")
+            self._kill_all()
+            raise UsageError(f"load: no load worker started on the Ray cluster: {first}")
+
+    async def _follow_client(self, phase: RemotePhase, origin_ns: int) -> None:
+        """The target moved (persistence test: a restarted or another server): rebuild the clients."""
+        spec = phase.client_spec()
+        if spec == self._spec:
+            return
+        ready = [w for w in self.workers if w.state == "ready"]
+        refs = [w.actor.open.remote(spec, self._remote_origin(w, origin_ns)) for w in ready]
+        for w, res in zip(ready, await settle(refs, POLL_TIMEOUT_S * 2), strict=True):
+            if isinstance(res, BaseException):
+                self._lose(w, phase, f"could not rebuild its client: {one_line(res)}")
+        self._spec = spec
+
+    @staticmethod
+    async def _clock(w: _Worker) -> ClockOffset:
+        return await measure_offset(lambda: call(w.actor.clock.remote(), 5.0))
+
+    @staticmethod
+    def _remote_origin(w: _Worker, origin_ns: int) -> int:
+        """The run's origin on the worker's clock: its rows' stamps then read on the driver's timeline."""
+        assert w.clock is not None
+        return origin_ns - w.clock.offset_ns
+
+    # --- one phase --------------------------------------------------------------------------------
+
+    async def run(self, load: Any, items: Sequence[Any], issue: Any) -> None:
+        """The LoadBackend entry point: `issue` is the phase (a RemotePhase)."""
+        await self.run_items(items, int(load.max_in_flight), bool(load.paced), issue, issue.origin_ns)
+
+    async def run_items(
+        self, items: Sequence[Any], concurrency: int, paced: bool, phase: RemotePhase, origin_ns: int
+    ) -> None:
+        await self._ensure_workers(phase, origin_ns)
+        await self._follow_client(phase, origin_ns)
+        ready = [w for w in self.workers if w.state == "ready"]
+        shares = split_shares(len(items), concurrency, len(ready))
+        for w in self.workers:
+            w.specs, w.started, w.finished, w.lost_rows = {}, set(), set(), 0
+        record: dict[str, Any] = {"backend": "ray", "workers": [], "requests": len(items)}
+        self.phases.append(record)
+        bodies: dict[bytes, int] = {}
+        starts = []
+        start_driver = time.perf_counter_ns() + START_LEAD_NS
+        for w, (idx, conc) in zip(ready, shares, strict=False):
+            prepared = [phase.prepare(items[i]) for i in idx]
+            w.specs = {p.request_id: p for p in prepared}
+            w.started, w.finished, w.done, w.concurrency = set(), set(), False, conc
+            w.peak_in_flight, w.last_answer = 0, time.monotonic()
+            share = [
+                {
+                    "request_id": p.request_id,
+                    "fields": p.fields,
+                    "body": bodies.setdefault(p.body, len(bodies)),
+                    "offset_s": p.offset_s,
+                }
+                for p in prepared
+            ]
+            starts.append((w, share))
+        body_list = list(bodies)
+        active = [w for w, _ in starts]
+        try:
+            refs = [
+                w.actor.start.remote(
+                    share,
+                    body_list,
+                    concurrency=w.concurrency,
+                    paced=paced,
+                    start_ns=start_driver - (w.clock.offset_ns if w.clock else 0),
+                    retries=phase.retries,
+                )
+                for w, share in starts
+            ]
+            for w, res in zip(active, await settle(refs, POLL_TIMEOUT_S * 2), strict=True):
+                if isinstance(res, BaseException):
+                    self._lose(w, phase, one_line(res))
+            await self._stream(active, phase)
+        except asyncio.CancelledError:
+            await self._cancel(active, phase)
+            raise
+        finally:
+            record["workers"] = [self._worker_record(w) for w in self.workers]
+
+    async def _stream(self, active: list[_Worker], phase: RemotePhase) -> None:
+        """Poll until every worker is done or lost; write rows as they come."""
+        while True:
+            live = [w for w in active if w.state == "ready" and not w.done]
+            if not live:
+                return
+            await asyncio.sleep(POLL_INTERVAL_S)
+            polls = await settle([w.actor.poll.remote() for w in live], POLL_TIMEOUT_S)
+            for w, res in zip(live, polls, strict=True):
+                if isinstance(res, BaseException):
+                    if is_lost(res) or time.monotonic() - w.last_answer > SILENT_LOST_S:
+                        self._lose(w, phase, one_line(res))
+                    continue
+                self._take(w, res, phase)
+
+    def _take(self, w: _Worker, res: dict[str, Any], phase: RemotePhase) -> None:
+        from kvbench.client import RequestRecord
+
+        w.last_answer = time.monotonic()
+        for rid in res["started"]:
+            w.started.add(rid)
+            phase.started(rid)
+        extra = w.extra()
+        for row in res["rows"]:
+            w.finished.add(row["request_id"])
+            phase.record(RequestRecord(**row), extra)
+        w.peak_in_flight = max(w.peak_in_flight, int(res.get("peak_in_flight") or 0))
+        if res.get("error"):
+            w.error = str(res["error"])
+        w.done = bool(res["done"]) and not res["rows"] and not res["started"]
+
+    def _lose(self, w: _Worker, phase: RemotePhase, why: str) -> None:
+        """The worker is gone: its in-flight requests become worker_lost rows; it is killed."""
+        from kvbench.client import RequestRecord
+
+        w.state, w.error = "lost", f"lost: {why}"
+        with contextlib.suppress(Exception):
+            self.ray.kill(w.actor, no_restart=True)
+        where = f"{w.name} on {w.where.get('hostname') or w.node.hostname} ({w.node.node_id[:12]})"
+        extra = w.extra()
+        for rid in sorted(w.started - w.finished):
+            p = w.specs[rid]
+            rec = RequestRecord(request_id=rid, **p.fields)
+            rec.fail(WORKER_LOST, f"load worker {where} was lost with this request in flight: {why}")
+            phase.record(rec, extra)
+            w.finished.add(rid)
+            w.lost_rows += 1
+
+    async def _cancel(self, active: list[_Worker], phase: RemotePhase) -> None:
+        live = [w for w in active if w.state == "ready"]
+        results = await settle([w.actor.cancel.remote() for w in live], 15.0)
+        for w, res in zip(live, results, strict=True):
+            if isinstance(res, BaseException):
+                self._lose(w, phase, one_line(res))
+            else:
+                self._take(w, res, phase)
+
+    def _worker_record(self, w: _Worker) -> dict[str, Any]:
+        assigned = len(w.specs)
+        return {
+            "worker": w.name,
+            "state": w.state,
+            "node_id": w.where.get("node_id") or w.node.node_id,
+            "hostname": w.where.get("hostname") or w.node.hostname,
+            "ip": w.where.get("ip") or w.node.ip,
+            "concurrency": w.concurrency,
+            "peak_in_flight": w.peak_in_flight,
+            "assigned": assigned,
+            "rows": len(w.finished),
+            "lost_in_flight": w.lost_rows,
+            "not_issued": assigned - len(w.started) if w.state == "lost" else 0,
+            "error": w.error,
+            **(w.clock.record() if w.clock is not None else {}),
+        }
+
+    # --- end of run -------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """End the workers (their sessions closed, then the actors killed)."""
+        live = [w for w in self.workers if w.state == "ready"]
+        with contextlib.suppress(Exception):
+            await settle([w.actor.close.remote() for w in live], 10.0)
+        self._kill_all()
+
+    def _kill_all(self) -> None:
+        for w in self.workers:
+            if w.actor is not None:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(w.actor, no_restart=True)
+
+    def record(self) -> dict[str, Any]:
+        """The run's view of the backend: the session, the placement, each worker's last state."""
+        return {
+            "backend": "ray",
+            "placement": self.placement,
+            "workers_requested": self.workers_wanted,
+            "workers": [self._worker_record(w) for w in self.workers],
+            "workers_lost": [w.name for w in self.workers if w.state == "lost"],
+        }
+
+
+def _check_reachable(base_url: str, plan: list[NodeInfo]) -> None:
+    """A server on this machine's loopback cannot be reached by workers on other machines."""
+    from urllib.parse import urlsplit
+
+    remote = off_this_machine(plan)
+    host = urlsplit(base_url).hostname or ""
+    if remote and is_loopback(host):
+        raise UsageError(
+            f"target.base_url: {base_url} is a loopback address, which load workers on other machines "
+            f"({remote[0].hostname}) cannot reach: give the server's address on the network"
+        )
+
+
+def _actor_class(ray: Any) -> Any:
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        from kvbench.load.ray_worker import LoadWorker
+
+        _ACTOR_CLASS = ray.remote(LoadWorker)
+    return _ACTOR_CLASS
