@@ -2,7 +2,18 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A `timing` test compares wall-clock figures of real runs (warm beats cold, noisy slower than
+    # quiet, who served a returning user). On a shared 2-core machine another process can steal the
+    # few milliseconds it measures, so it gets two more tries; three failures in a row still fail.
+    for item in items:
+        if item.get_closest_marker("timing") is not None:
+            item.add_marker(pytest.mark.flaky(reruns=2, reruns_delay=1))

@@ -64,6 +64,7 @@ async def test_error_rate_within_budget_exits_zero(tmp_path):
     assert outcome.exit_code == 0
 
 
+@pytest.mark.timing
 async def test_server_exiting_mid_run(tmp_path):
     # request 1 is preflight's timed probe; the measured requests are 2 and on
     outcome, df, _manifest = await run_against(["exit_after_requests=3"], {}, tmp_path)

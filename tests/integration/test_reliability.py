@@ -87,6 +87,7 @@ def test_interrupt_keeps_every_finished_request(tmp_path, sig):
     assert "interrupted" in (run_dir / "report.md").read_text()
 
 
+@pytest.mark.timing
 def test_interrupt_during_noise_stops_the_senders(tmp_path):
     # its own session: the senders it starts are told apart from other kvbench runs on this machine
     proc = kvbench(*LONG_RUN, "--noisy", "--output-dir", str(tmp_path), start_new_session=True)

@@ -22,6 +22,7 @@ def truth(run_dir: Path) -> list[dict]:
     return read_jsonl(run_dir / "mock_ground_truth.jsonl")
 
 
+@pytest.mark.timing
 async def test_ttft_warm_beats_cold_at_every_length(tmp_path):
     lengths = [30000, 90000]
     outcome, df, manifest = await run(tmp_path, "ttft", **{"prompts.lengths": lengths})
@@ -48,6 +49,7 @@ async def test_ttft_warm_beats_cold_at_every_length(tmp_path):
         assert 0 <= row.first_token_ns + origin - server["first_token_ns"] < 100e6
 
 
+@pytest.mark.timing
 async def test_throughput_closed_loop_never_exceeds_concurrency(tmp_path):
     overrides = {
         "prompts.count": 12,
@@ -140,6 +142,7 @@ NOISY_SIZED = {
 }
 
 
+@pytest.mark.timing
 async def test_noisy_run_slows_g4_onboarding(tmp_path):
     outcome, df, manifest = await run(tmp_path, "throughput", **NOISY_SIZED)
     assert outcome.exit_code == 0
@@ -167,6 +170,7 @@ async def test_noisy_run_slows_g4_onboarding(tmp_path):
     assert onboard_per_token("noisy-1") > 5 * onboard_per_token("quiet-1")  # ~20x in the model
 
 
+@pytest.mark.timing
 async def test_noisy_from_a_filled_cache(tmp_path):
     outcome, df, manifest = await run(tmp_path, "throughput", **{**NOISY_SIZED, "test.noisy.pairs": 2})
     assert outcome.exit_code == 0

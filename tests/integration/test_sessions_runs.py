@@ -92,6 +92,7 @@ async def test_laptop_returning_users_are_served_from_lower_tiers(tmp_path):
     assert set(phases) == {"cached", "baseline"} and phases["cached"]["sessions"]["turns"] == 48
 
 
+@pytest.mark.timing
 async def test_ibm_g4_serves_history_from_g4_and_demotes_past_a_small_g1(tmp_path):
     """As published (G1, G2 caching off) every reused turn comes from G4; with a small G1 turned on
     an immediate follow-up hits G1 and a returning user falls back to G4."""
