@@ -57,6 +57,8 @@ class RequestRecord:
     noise_active: bool = False
     attempt: int = 1
     finish_reason: str | None = None
+    clock_source: str = "user"  # "kernel": receive times are the kernel's RX stamps (kstamp)
+    first_token_user_ns: int | None = None  # when the loop got to the first token (kernel source)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +104,9 @@ class RequestRecord:
             "noise_active": self.noise_active,
             "attempt": self.attempt,
             "finish_reason": self.finish_reason,
+            "clock_source": self.clock_source,
+            "first_token_user_ns": self.first_token_user_ns,
+            "first_token_lag_ms": ms(self.first_token_user_ns, self.first_token_ns),
         }
 
 
@@ -308,6 +313,17 @@ class StreamingClient:
 
     def now(self) -> int:
         return time.perf_counter_ns() - self.origin_ns
+
+    def clock_manifest(self) -> dict[str, Any]:
+        """`clock_source` and the kernel-stamp calibration, for the run's manifest."""
+        pool = getattr(self.session.connector, "raw_pool", None)
+        if not isinstance(pool, RawPool):
+            info: dict[str, Any] = {"clock_source": "user", "reason": "timed requests go through aiohttp"}
+        elif self._raw_target() is None:
+            info = {"clock_source": "user", "reason": "https (or a non-http URL) goes through aiohttp"}
+        else:
+            info = pool.clock_info()
+        return {"clock_source": info["clock_source"], "clock": info}
 
     def _raw_target(self) -> Target | None:
         cfg = self.cfg

@@ -8,6 +8,11 @@ is written in the same step that stamps `sent_ns`, and each body chunk is stampe
 the socket's own callback before anything else runs (`make bench` measures both:
 benchmarks/results/latest.md). aiohttp still carries https and everything untimed.
 
+Receive times are the kernel's where Linux gives them (kvbench.kstamp: SO_TIMESTAMPNS read
+with recvmsg): a chunk's time is when its segment reached the socket, however busy the loop
+was; the loop's own stamp of the first token is kept beside it (`first_token_user_ns`), and
+`clock_source` on the record says which one `first_token_ns` is.
+
 Scope, deliberately small: one request per keep-alive connection at a time (no
 pipelining), responses framed by chunked encoding, Content-Length or connection
 close; interim 1xx responses skipped; no compression, redirects or proxies.
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from kvbench import __version__
+from kvbench import __version__, kstamp
 from kvbench.sse import SSEError
 
 
@@ -32,6 +37,9 @@ class RecordLike(Protocol):
     end_ns: int | None
     headers_ns: int | None
     http_status: int | None
+    first_token_ns: int | None
+    first_token_user_ns: int | None
+    clock_source: str
 
     def fail(self, error_type: str, message: str, status: str = "error") -> None: ...
 
@@ -90,6 +98,8 @@ class RawPool:
         self._slots: asyncio.Semaphore | None = None
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._all: set[_Conn] = set()
+        # kernel receive stamps (kstamp) where the platform has them; None: user-space stamps
+        self.clock = kstamp.ClockMap() if kstamp.unavailable() is None else None
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -110,7 +120,9 @@ class RawPool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(lambda: _Conn(self, target.key), host, port)
+                _, conn = await kstamp.open_stamped(
+                    loop, lambda: _Conn(self, target.key), host, port, self.clock
+                )
         except TimeoutError:
             raise OSError(f"connect timed out after {self.connect_timeout_s:g} s") from None
         self._all.add(conn)
@@ -122,6 +134,16 @@ class RawPool:
 
     def forget(self, conn: _Conn) -> None:
         self._all.discard(conn)
+
+    def clock_info(self) -> dict[str, object]:
+        """Where this pool's receive times came from, for the run's manifest (`clock_source`)."""
+        why = kstamp.unavailable()
+        if self.clock is None or why is not None:
+            return {"clock_source": "user", "reason": why or "kernel stamps not enabled"}
+        info = self.clock.finish()
+        if not self.clock.stamped:
+            return {"clock_source": "user", "reason": "no read carried a kernel stamp", **info}
+        return {"clock_source": "kernel", "stamp": "SO_TIMESTAMPNS (software RX, CLOCK_REALTIME)", **info}
 
     def close(self) -> None:
         for conn in list(self._all):
@@ -162,7 +184,18 @@ class _Conn(asyncio.Protocol):
         if ex is None:  # bytes nobody asked for: the connection is not reusable
             self.close()
             return
-        ex.received(t, data)
+        ex.received(t, data, t, False)
+
+    def data_received_stamped(self, data: bytes, t_user: int, t_kernel: int | None) -> None:
+        """kstamp.StampedTransport's read: the kernel's receive time where the read carried one."""
+        ex = self.ex
+        if ex is None:
+            self.close()
+            return
+        if t_kernel is None:
+            ex.received(t_user, data, t_user, False)
+        else:
+            ex.received(t_kernel, data, t_user, True)
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -224,7 +257,8 @@ class Exchange:
 
     # -- callbacks from _Conn ---------------------------------------------------------------------------
 
-    def received(self, t_abs: int, data: bytes) -> None:
+    def received(self, t_abs: int, data: bytes, t_user_abs: int | None = None, kernel: bool = False) -> None:
+        """Bytes read at t_abs: the kernel's receive stamp when `kernel`; t_user_abs the loop's."""
         t = t_abs - self.origin
         try:
             if self.state == _HEAD:
@@ -240,7 +274,7 @@ class Exchange:
                 complete = self.left == 0
             else:
                 body, complete = data, False
-            if body and self._body(t, body):
+            if body and self._body(t, body, t if t_user_abs is None else t_user_abs - self.origin, kernel):
                 return
             if complete:
                 self._complete(t)
@@ -373,7 +407,7 @@ class Exchange:
         body = out[0] if len(out) == 1 else b"".join(out)
         return body, False
 
-    def _body(self, t: int, body: bytes) -> bool:
+    def _body(self, t: int, body: bytes, t_user: int, kernel: bool) -> bool:
         """Hand body bytes on; True when the exchange is over (failed)."""
         if self.errbody is not None:
             self.errbody += body
@@ -382,7 +416,13 @@ class Exchange:
                 self._finish(reuse=False)
                 return True
             return False
-        if self.stream.feed(t, body):
+        rec = self.stream.rec
+        before = rec.first_token_ns
+        failed = self.stream.feed(t, body)
+        if before is None and rec.first_token_ns is not None:  # this read carried the first token
+            rec.first_token_user_ns = t_user  # the loop's stamp beside the kernel's: their gap is lag
+            rec.clock_source = "kernel" if kernel else "user"
+        if failed:
             self._finish(reuse=False)
             return True
         return False

@@ -233,6 +233,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
             rd.manifest["ended_at"] = utc_now_iso()
             rd.manifest["error_counts"] = dict(run.error_counts)
             rd.manifest["requests"] = len(run.records)
+            rd.manifest.update(client.clock_manifest())
             (run_path / METRIC_DELTAS).write_text(_json(run.metric_deltas), encoding="utf-8")
             rd.save_manifest()
             rd.close()
