@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ipaddress
+import os
 import socket
 import struct
 import sys
@@ -47,7 +49,13 @@ _RESAMPLE_NS = 1_000_000_000
 
 
 def unavailable() -> str | None:
-    """Why this platform gives no kernel receive timestamps; None when it does (Linux)."""
+    """Why this platform gives no kernel receive timestamps; None when it does (Linux).
+
+    KVBENCH_KERNEL_STAMPS=0 turns them off (user-space stamps, the loop's own transport): the
+    bench's same-run comparison with the transport as it was.
+    """
+    if os.environ.get("KVBENCH_KERNEL_STAMPS", "1") == "0":
+        return "turned off (KVBENCH_KERNEL_STAMPS=0)"
     if not sys.platform.startswith("linux"):
         return f"no SO_TIMESTAMPNS receive timestamps on {sys.platform}"
     if not hasattr(socket.socket, "recvmsg_into") or not _ANC:
@@ -112,6 +120,7 @@ class ClockMap:
         "stamped",
         "start",
         "view",
+        "warm",
         "window_ns",
     )
 
@@ -120,6 +129,12 @@ class ClockMap:
         # the bytes are copied out before the callback returns (256 KiB per connection would not be)
         self.buf = bytearray(_BUF_SIZE)
         self.view = memoryview(self.buf)
+        # Linux turns RX stamping on a moment after the first socket asks (a deferred static key):
+        # ask now, with a socket held for the map's life, so the first request's reads are stamped too
+        self.warm: socket.socket | None = None
+        with contextlib.suppress(OSError):
+            self.warm = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.warm.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.offset, self.window_ns = sample_offset()
         self.sampled_at = time.perf_counter_ns()
         self.start = self.offset
@@ -149,6 +164,9 @@ class ClockMap:
         """Sample the offset once more and describe the mapping (for the run's manifest)."""
         off, w = sample_offset()
         self.end = off
+        if self.warm is not None:
+            self.warm.close()
+            self.warm = None
         self.lo, self.hi = min(self.lo, off), max(self.hi, off)
         return {
             "offset_start_ns": self.start,
@@ -225,7 +243,19 @@ class StampedTransport(asyncio.Transport):
     # -- writing ---------------------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.writelines((data,))
+        if self._wbuf or self._closing or not data:
+            self.writelines((data,))
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._fatal(exc)
+            return
+        if sent < len(data):
+            self._wbuf.append(memoryview(data).cast("B")[sent:])
+            self._loop.add_writer(self._fd, self._write_ready)
 
     def writelines(self, list_of_data: Any) -> None:
         if self._closing:
@@ -327,7 +357,12 @@ async def open_stamped(
     Falls back to the loop's own transport (user-space stamps) when `clock` is None or the
     socket refuses SO_TIMESTAMPNS.
     """
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    try:  # an IP literal needs no resolver (getaddrinfo runs in a thread pool: 256 connects would queue)
+        ip = ipaddress.ip_address(host)
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+        infos: list[tuple[Any, Any, Any, Any, Any]] = [(family, socket.SOCK_STREAM, 0, "", (host, port))]
+    except ValueError:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     last: OSError | None = None
     for family, kind, proto, _name, addr in infos:
         sock = socket.socket(family, kind, proto)

@@ -1,0 +1,363 @@
+"""`make bench`: how much the client adds to what it measures, kvbench and its peers side by side.
+
+Every measurement runs against benchmarks/gt_server.py, a ground-truth server that stamps when
+each request arrived (the kernel's receive stamp of the read that completed it) and when its
+first token left (just after the write). In the same sitting, on the same server, with server
+and client pinned to different cores:
+
+  kvbench          the real `kvbench run` CLI (scenarios/ttft_error.yaml, --no-report --quiet)
+  kvbench (user)   the same with KVBENCH_KERNEL_STAMPS=0: the loop's own transport and stamps,
+                   i.e. the transport as it was before kernel receive stamps (the "today's" figures)
+  vLLM bench serve vLLM's `bench serve` from the vLLM CPU venv (benchmarks/vllm_driver.py)
+  aiohttp client   a plain aiohttp streaming client (benchmarks/aiohttp_client.py)
+
+Cases (each repeated --repeats times, tools interleaved, median reported):
+  ttft        28 connections, 200 requests, 50 ms server TTFT, 16 tokens 1 ms apart
+  itl10       the same with tokens 10 ms apart (closer to a real engine's pace)
+  capacity    64 connections, 0 ms server: completed requests / (last end - first send), CPU per
+              request, peak RSS, and the TTFT error at capacity
+  load        TTFT error at 1, 28, 64 and 256 connections, server TTFT drawn in 0-5 ms, 16 tokens
+              1 ms apart: with kernel stamps the error must not grow with load
+  kvbench only: cpu (2,000 requests), long prompts, floor, mock cross-check, prompt build, CLI start
+
+TTFT error = client TTFT (first token - sent) - server TTFT (first token written - received),
+matched by request id (bench_common.ttft_errors). CPU per request: kvbench and the aiohttp client
+(CPU of the run - CPU of the same command doing 1 request) / (n - 1), from wait4() rusage; vLLM's
+bench: CPU of its request phase alone (rusage around vllm.benchmarks.serve.benchmark) / n.
+Peak RSS: each process's whole ru_maxrss, imports included.
+
+    .venv/bin/python benchmarks/run_bench.py [--repeats 3] [--no-peers] [--only ttft,capacity,load,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench_common import (
+    HERE,
+    PY,
+    ROOT,
+    completed_rate,
+    core_plan,
+    cpu_model,
+    fmt,
+    kvbench_rows,
+    log,
+    med,
+    median_dict,
+    pinned,
+    read_jsonl,
+    run_kvbench,
+    server,
+    spawn,
+    time_weighted_in_flight,
+    ttft_errors,
+    uvloop_available,
+)
+from bench_report import markdown, summary
+from peers import VLLMBench, run_aiohttp, vllm_python
+
+RESULTS = HERE / "results"
+LOAD_LEVELS = {1: 100, 28: 600, 64: 1200, 256: 2000}  # connections: requests
+KVBENCH_TOOLS = ("kvbench", "kvbench_user")
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="kvbench-bench-"))
+        self.server_cores, self.client_cores = core_plan()
+        self.n = 0
+        self.vllm: VLLMBench | None = None
+        self.tools: list[str] = list(KVBENCH_TOOLS)
+        self.base: dict[str, dict[str, float]] = {}
+
+    def _dir(self, name: str) -> Path:
+        self.n += 1
+        d = self.tmp / f"{self.n:03d}-{name}"
+        d.mkdir()
+        return d
+
+    # -- one run of one tool ---------------------------------------------------------------------------
+
+    def run_tool(
+        self, tool: str, name: str, requests: int, conc: int, sets: dict[str, Any] | None = None, **srv: Any
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """One run of `tool` against a fresh ground-truth server: (run with common rows, ground truth)."""
+        d = self._dir(f"{name}-{tool}")
+        gt_path = d / "ground_truth.jsonl"
+        with server("gt", self.server_cores, gt_path, **srv) as url:
+            if tool in KVBENCH_TOOLS:
+                allsets = {"load.concurrency": conc, "load.requests": requests, **(sets or {})}
+                run = run_kvbench(
+                    url,
+                    d / "runs",
+                    self.client_cores,
+                    allsets,
+                    self.args.no_uvloop,
+                    self.args.client_http,
+                    kernel_stamps=tool == "kvbench",
+                )
+                run["common"] = kvbench_rows(run)
+                run["clock_source"] = run["manifest"].get("clock_source", "user")
+            elif tool == "aiohttp":
+                run = run_aiohttp(url, requests, conc, d, self.client_cores)
+                run["common"] = run.pop("rows")
+            else:
+                assert self.vllm is not None
+                run = self.vllm.run(url, requests, conc, d / "vllm")
+                run["common"] = run.pop("rows")
+        return run, read_jsonl(gt_path)
+
+    def cpu_per_request(self, tool: str, run: dict[str, Any], n: int) -> float:
+        if tool == "vllm":
+            return float(run["cpu_s"]) / max(n, 1) * 1e3
+        return (run["cpu_s"] - self.base[tool]["cpu_s"]) / max(n - 1, 1) * 1e3
+
+    def baselines(self) -> None:
+        """Each child-process tool doing 1 request: start-up, imports, teardown (subtracted from CPU)."""
+        for tool in self.tools:
+            if tool == "vllm":
+                continue
+            runs = [self.run_tool(tool, "baseline", 1, 1)[0] for _ in range(self.args.repeats)]
+            keys = [k for k in ("cpu_s", "user_s", "sys_s", "maxrss_mb") if k in runs[0]]
+            self.base[tool] = {k: med([r[k] for r in runs]) for k in keys}
+            log(f"baseline {tool} (1 request): cpu {self.base[tool]['cpu_s']:.3f} s")
+
+    def case(self, name: str, requests: int, conc: int, **srv: Any) -> dict[str, Any]:
+        """Every tool, interleaved, --repeats times: TTFT error, capacity, CPU, RSS per tool (median)."""
+        reps: dict[str, list[dict[str, Any]]] = {t: [] for t in self.tools}
+        for _ in range(self.args.repeats):
+            for tool in self.tools:
+                run, gt = self.run_tool(tool, name, requests, conc, **srv)
+                res = ttft_errors(run["common"], gt, conc)
+                res["req_s"] = completed_rate(run["common"])
+                res["cpu_ms_per_request"] = self.cpu_per_request(tool, run, requests)
+                res["peak_rss_mb"] = run["maxrss_mb"]
+                res["clock_source"] = run.get("clock_source", "user")
+                reps[tool].append(res)
+        out = {t: {"median": median_dict(r), "runs": r} for t, r in reps.items()}
+        for t in self.tools:
+            log(f"{name} {t}: {_brief(out[t]['median'])}")
+        return out
+
+    # -- kvbench only (the measurements the bench had before peers) ------------------------------------
+
+    def kvbench_only(self, name: str, sets: dict[str, Any], requests: int, conc: int) -> dict[str, Any]:
+        reps = []
+        for _ in range(self.args.repeats):
+            run, gt = self.run_tool("kvbench", name, requests, conc, sets)
+            res = ttft_errors(run["common"], gt, conc)
+            n = len(run["rows"])
+            base = self.base["kvbench"]
+            for key, field in (("cpu", "cpu_s"), ("user", "user_s"), ("sys", "sys_s")):
+                res[f"{key}_ms_per_request"] = (run[field] - base[field]) / max(n - 1, 1) * 1e3
+            res["peak_rss_mb"] = run["maxrss_mb"]
+            reps.append(res)
+        return {"median": median_dict(reps), "runs": reps}
+
+    def floor(self) -> dict[str, Any]:
+        """benchmarks/min_client.py (no parsing, no records) against the same server: the in-flight floor."""
+        reps = []
+        for _ in range(self.args.repeats):
+            d = self._dir("floor")
+            with server("gt", self.server_cores, d / "gt.jsonl") as url:
+                cmd = [PY, str(HERE / "min_client.py"), url, "200", "28"]
+                subprocess.run(pinned(cmd, self.client_cores), check=True, cwd=ROOT)
+            gt = read_jsonl(d / "gt.jsonl")
+            arrivals = sorted(gt, key=lambda g: g["received_ns"])[28:-28]
+            reps.append(
+                {
+                    "in_flight_mean": statistics.fmean(g["in_flight_at_receive"] for g in arrivals),
+                    "in_flight_time_avg": time_weighted_in_flight(gt, arrivals),
+                }
+            )
+        return median_dict(reps)
+
+    def mock_crosscheck(self) -> dict[str, Any]:
+        d = self._dir("mock-ttft")
+        gt_path = d / "ground_truth.jsonl"
+        with server("mock", self.server_cores, gt_path) as url:
+            run = run_kvbench(
+                url, d / "runs", self.client_cores, {}, self.args.no_uvloop, self.args.client_http
+            )
+        return ttft_errors(kvbench_rows(run), read_jsonl(gt_path), 28)
+
+    def prompt_build(self) -> dict[str, Any]:
+        d = self._dir("prompt-build")
+        times = []
+        info: dict[str, Any] = {}
+        for _ in range(self.args.repeats):
+            with server("mock", self.server_cores, d / "gt.jsonl") as url:
+                cmd = [PY, str(HERE / "prompt_build.py"), url, str(self.args.build_prompts), "130000"]
+                out = subprocess.run(
+                    pinned(cmd, self.client_cores), capture_output=True, text=True, cwd=ROOT, check=True
+                )
+            info = json.loads(out.stdout.strip().splitlines()[-1])
+            times.append(info["build_s"])
+        return {"build_s": med(times), "runs_s": times, **{k: v for k, v in info.items() if k != "build_s"}}
+
+    def cli_help(self) -> dict[str, Any]:
+        kvbench = str(Path(PY).parent / "kvbench")
+        cmd = [kvbench, "--help"] if Path(kvbench).exists() else [PY, "-m", "kvbench", "--help"]
+        times = []
+        subprocess.run(pinned(cmd, self.client_cores), capture_output=True, check=True)  # warm the page cache
+        for _ in range(max(5, self.args.repeats)):
+            t0 = time.perf_counter()
+            subprocess.run(pinned(cmd, self.client_cores), capture_output=True, check=True)
+            times.append(time.perf_counter() - t0)
+        return {"median_s": med(times), "runs_s": times}
+
+
+def _brief(m: dict[str, Any]) -> str:
+    keys = (
+        "n",
+        "error_mean_ms",
+        "error_p99_ms",
+        "return_p99_ms",
+        "lag_p99_ms",
+        "req_s",
+        "cpu_ms_per_request",
+    )
+    return fmt({k: m[k] for k in keys if k in m})
+
+
+def versions(vllm: VLLMBench | None) -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "kernel": platform.release()}
+    for mod in ("aiohttp", "uvloop"):
+        r = subprocess.run(
+            [PY, "-c", f"import {mod}; print({mod}.__version__)"], capture_output=True, text=True
+        )
+        out[mod] = r.stdout.strip() or "absent"
+    r = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    out["kvbench_commit"] = r.stdout.strip() or "?"
+    if vllm is not None:
+        out["vllm"] = vllm.version
+    return out
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="kvbench harness-overhead benchmark, peers side by side")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-uvloop", action="store_true", help="hide uvloop from the kvbench child")
+    ap.add_argument("--client-http", choices=["raw", "aiohttp"], default="raw", help="KVBENCH_CLIENT_HTTP")
+    ap.add_argument("--no-peers", action="store_true", help="skip vLLM bench serve and the aiohttp client")
+    ap.add_argument("--capacity-requests", type=int, default=3000)
+    ap.add_argument("--cpu-requests", type=int, default=2000)
+    ap.add_argument("--build-prompts", type=int, default=100)
+    ap.add_argument(
+        "--only", default="", help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,build,cli"
+    )
+    ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
+    ap.add_argument("--note", default="", help="a line for the report (e.g. what else ran on the machine)")
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli"}
+    only = set(filter(None, args.only.split(","))) or every
+    spawn([sys.executable, "-c", "pass"], Path(os.devnull), dict(os.environ))  # start it while small
+    b = Bench(args)
+    t_start = time.perf_counter()
+    peers_note = "skipped (--no-peers)"
+    res: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "repeats": args.repeats,
+    }
+    res["note"] = args.note
+    try:
+        if not args.no_peers and only & {"ttft", "capacity", "itl10", "load"}:
+            b.tools.append("aiohttp")
+            vpy, peers_note = vllm_python()
+            if vpy is not None:
+                t0 = time.perf_counter()
+                b.vllm = VLLMBench(vpy, b.tmp, b.client_cores)
+                b.tools.append("vllm")
+                log(f"vLLM {b.vllm.version} driver ready in {time.perf_counter() - t0:.0f} s")
+            else:
+                log(peers_note)
+        res["machine"] = {
+            "nproc": os.cpu_count(),
+            "cpu_model": cpu_model(),
+            "platform": platform.platform(),
+            "server_cores": b.server_cores,
+            "client_cores": b.client_cores,
+            "uvloop_in_client": uvloop_available() and not args.no_uvloop,
+            "client_http": args.client_http,
+            "versions": versions(b.vllm),
+        }
+        res["tools"] = list(b.tools)
+        res["peers"] = peers_note if "vllm" not in b.tools else "ran"
+        b.baselines()
+        res["baseline"] = b.base
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("ttft", lambda: b.case("ttft", 200, 28, ttft_ms=50.0, decode_ms=1.0)),
+            ("capacity", lambda: b.case("capacity", args.capacity_requests, 64, ttft_ms=0.0, decode_ms=0.0)),
+            # tokens 10 ms apart (a real engine's pace): a late read finds fewer later tokens merged in
+            ("itl10", lambda: b.case("itl10", 200, 28, ttft_ms=50.0, decode_ms=10.0)),
+        ]
+        for key, fn in steps:
+            if key in only:
+                res[key] = fn()
+        if "load" in only:
+            res["load"] = {
+                str(c): b.case(f"load-{c}", n, c, ttft_ms=0.0, ttft_ms_max=5.0, decode_ms=1.0)
+                for c, n in LOAD_LEVELS.items()
+            }
+        if "cpu" in only:
+            res["cpu"] = b.kvbench_only("cpu", {}, args.cpu_requests, 28)
+            log(f"cpu: {_brief(res['cpu']['median'])}")
+        if "long" in only:
+            # one request at a time (the published TTFT test's shape): what a 750 KB body adds
+            short = {"prompts.lengths": [1000], "prompts.count": 5}
+            res["seq_1k"] = b.kvbench_only("seq-1k", short, 30, 1)
+            res["seq_130k"] = b.kvbench_only("seq-130k", {**short, "prompts.lengths": [130000]}, 30, 1)
+            res["long_prompt"] = b.kvbench_only(
+                "long", {"prompts.lengths": [130000], "prompts.count": 28}, 200, 28
+            )
+            log(f"long: {_brief(res['long_prompt']['median'])}")
+        if "floor" in only:
+            res["floor"] = b.floor()
+        if "mock" in only:
+            res["mock_crosscheck"] = b.mock_crosscheck()
+        if "build" in only:
+            res["prompt_build"] = b.prompt_build()
+        if "cli" in only:
+            res["cli_help"] = b.cli_help()
+    finally:
+        if b.vllm is not None:
+            b.vllm.close()
+        if not args.keep:
+            shutil.rmtree(b.tmp, ignore_errors=True)
+        else:
+            log(f"run directories kept in {b.tmp}")
+    res["bench_wall_s"] = time.perf_counter() - t_start
+    res["summary"] = summary(res)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
+    md = markdown(res)
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
