@@ -8,12 +8,18 @@ late the read.
 
 What the stamp is (measured on loopback, Linux 6.18; see tests/unit/test_kstamp.py):
 - loopback takes it in netif_rx while the *sender's* write() is still in the kernel: ~2 us
-  after the sender called send(), ~2 us before send() returned. It is wire time, not read time.
+  after the sender called send(), ~2 us before send() returned (median of 200). It is wire
+  time, not read time: with the client's loop held busy for 50 ms, the first token's stamp
+  was 7-25 us before the server's "just written" stamp, the loop's own stamp ~30 ms after
+  (tests/integration/test_kstamp_ttft.py).
 - TCP merges segments that queue up unread into one buffer (tcp_try_coalesce) and the merged
   buffer carries the NEWEST segment's stamp; recvmsg reports the stamp of the last buffer it
   copied from. So a read's stamp is exact when the read carries one segment, and otherwise is
   the arrival of the newest segment in it: an upper bound for every byte of the read, never
   later than the read itself. A partial read does not help: the merge happened on arrival.
+  For TTFT this means: a first token read late, after the next tokens came, is stamped with
+  the newest one's arrival; the error is then bounded by the tokens' spread, not by the lag
+  (`make bench` counts these reads: "first read held later tokens").
 - The clock is CLOCK_REALTIME. `ClockMap` maps it onto the run's monotonic clock
   (perf_counter_ns) through an offset sampled tightly (the pair with the smallest bracket of
   many), re-sampled every second so a step of the wall clock costs at most one second of
