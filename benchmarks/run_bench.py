@@ -156,13 +156,15 @@ class Bench:
 
     # -- kvbench only (the measurements the bench had before peers) ------------------------------------
 
-    def kvbench_only(self, name: str, sets: dict[str, Any], requests: int, conc: int) -> dict[str, Any]:
+    def kvbench_only(
+        self, name: str, sets: dict[str, Any], requests: int, conc: int, tool: str = "kvbench"
+    ) -> dict[str, Any]:
         reps = []
         for _ in range(self.args.repeats):
-            run, gt = self.run_tool("kvbench", name, requests, conc, sets)
+            run, gt = self.run_tool(tool, name, requests, conc, sets)
             res = ttft_errors(run["common"], gt, conc)
             n = len(run["rows"])
-            base = self.base["kvbench"]
+            base = self.base[tool]
             for key, field in (("cpu", "cpu_s"), ("user", "user_s"), ("sys", "sys_s")):
                 res[f"{key}_ms_per_request"] = (run[field] - base[field]) / max(n - 1, 1) * 1e3
             res["peak_rss_mb"] = run["maxrss_mb"]
@@ -323,7 +325,8 @@ def main() -> int:
             }
         if "cpu" in only:
             res["cpu"] = b.kvbench_only("cpu", {}, args.cpu_requests, 28)
-            log(f"cpu: {_brief(res['cpu']['median'])}")
+            res["cpu_user"] = b.kvbench_only("cpu", {}, args.cpu_requests, 28, tool="kvbench_user")
+            log(f"cpu: {_brief(res['cpu']['median'])}; loop stamps: {_brief(res['cpu_user']['median'])}")
         if "long" in only:
             # one request at a time (the published TTFT test's shape): what a 750 KB body adds
             short = {"prompts.lengths": [1000], "prompts.count": 5}

@@ -147,10 +147,12 @@ class ClockMap:
         self.lo = self.hi = self.offset
         self.end: int | None = None
         self.stamped = 0  # reads whose time came from the kernel
-        self.rejected = 0  # kernel stamps later than the read itself (a clock step): user time used
+        # stamps later than the loop's own: a segment that came in while the callback ran (recvmsg
+        # took it too; the loop's earlier stamp bounds the read's first bytes better) or a clock step
+        self.rejected = 0
 
     def to_mono(self, real_ns: int, t_user: int) -> int | None:
-        """The kernel stamp on the monotonic clock; None when it cannot be right (after the read)."""
+        """The kernel stamp on the monotonic clock; None when the loop's stamp is the earlier one."""
         if t_user - self.sampled_at > _RESAMPLE_NS:
             self.resample(t_user)
         t = real_ns - self.offset
