@@ -140,6 +140,9 @@ def main_table(res: dict[str, Any]) -> list[str]:
         cells = [_pair(case[t]["median"]) if t in case else "-" for t in tools]
         row(f"TTFT error mean / p99, ms ({level} conn, 0–5 ms server)", cells,
             *(["load_256_error_p99_ms"] if level == "256" else []))  # fmt: skip
+    if "load_burst" in res:
+        cells = [_pair(_m(res, "load_burst", t)) for t in tools]
+        row("… 256 conn, each response's tokens written at once, ms", cells)
     return lines
 
 
@@ -228,6 +231,9 @@ def _split_rows(res: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         for tool in ("kvbench", "kvbench_user"):
             if tool in case:
                 rows.append((f"{level} conn, 0–5 ms server, {TOOL_NAMES[tool]}", case[tool]["median"]))
+    for tool in ("kvbench", "kvbench_user"):
+        if (m := _m(res, "load_burst", tool)) is not None:
+            rows.append((f"256 conn, 0–5 ms server, tokens at once, {TOOL_NAMES[tool]}", m))
     for key, label in (
         ("cpu", "28 conn, 2,000 requests"),
         ("long_prompt", "130k-token prompts, 28 conn"),

@@ -17,7 +17,8 @@ Cases (each repeated --repeats times, tools interleaved, median reported):
   capacity    64 connections, 0 ms server: completed requests / (last end - first send), CPU per
               request, peak RSS, and the TTFT error at capacity
   load        TTFT error at 1, 28, 64 and 256 connections, server TTFT drawn in 0-5 ms, 16 tokens
-              1 ms apart: with kernel stamps the error must not grow with load
+              1 ms apart: with kernel stamps the error must not grow with load; and at 256 with
+              the tokens written at once (nothing for the kernel to merge into the first read)
   kvbench only: cpu (2,000 requests), long prompts, floor, mock cross-check, prompt build, CLI start
 
 TTFT error = client TTFT (first token - sent) - server TTFT (first token written - received),
@@ -323,6 +324,11 @@ def main() -> int:
                 str(c): b.case(f"load-{c}", n, c, ttft_ms=0.0, ttft_ms_max=5.0, decode_ms=1.0)
                 for c, n in LOAD_LEVELS.items()
             }
+            # the same at 256 with each response's tokens written at once: no later token can be
+            # merged into the first one's read, so what is left is the stamp itself
+            res["load_burst"] = b.case(
+                "load-256-burst", 2000, 256, ttft_ms=0.0, ttft_ms_max=5.0, decode_ms=0.0
+            )
         if "cpu" in only:
             res["cpu"] = b.kvbench_only("cpu", {}, args.cpu_requests, 28)
             res["cpu_user"] = b.kvbench_only("cpu", {}, args.cpu_requests, 28, tool="kvbench_user")
