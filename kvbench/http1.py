@@ -39,6 +39,7 @@ class RecordLike(Protocol):
     http_status: int | None
     first_token_ns: int | None
     first_token_user_ns: int | None
+    token_ns: list[int]
     clock_source: str
 
     def fail(self, error_type: str, message: str, status: str = "error") -> None: ...
@@ -422,6 +423,8 @@ class Exchange:
         if before is None and rec.first_token_ns is not None:  # this read carried the first token
             rec.first_token_user_ns = t_user  # the loop's stamp beside the kernel's: their gap is lag
             rec.clock_source = "kernel" if kernel else "user"
+            if kernel and len(rec.token_ns) > 1 and self.conn.pool.clock is not None:
+                self.conn.pool.clock.merged_first += 1  # stamped as the later token's arrival (kstamp)
         if failed:
             self._finish(reuse=False)
             return True

@@ -19,7 +19,8 @@ What the stamp is (measured on loopback, Linux 6.18; see tests/unit/test_kstamp.
   later than the read itself. A partial read does not help: the merge happened on arrival.
   For TTFT this means: a first token read late, after the next tokens came, is stamped with
   the newest one's arrival; the error is then bounded by the tokens' spread, not by the lag
-  (`make bench` counts these reads: "first read held later tokens").
+  (the manifest counts them: clock.first_token_reads_with_later_tokens; `make bench` shows
+  how often it happens: "first read held later tokens").
 - The clock is CLOCK_REALTIME. `ClockMap` maps it onto the run's monotonic clock
   (perf_counter_ns) through an offset sampled tightly (the pair with the smallest bracket of
   many), re-sampled every second so a step of the wall clock costs at most one second of
@@ -120,6 +121,7 @@ class ClockMap:
         "end",
         "hi",
         "lo",
+        "merged_first",
         "offset",
         "rejected",
         "sampled_at",
@@ -147,6 +149,7 @@ class ClockMap:
         self.lo = self.hi = self.offset
         self.end: int | None = None
         self.stamped = 0  # reads whose time came from the kernel
+        self.merged_first = 0  # first-token reads that also held later tokens (counted by the caller)
         # stamps later than the loop's own: a segment that came in while the callback ran (recvmsg
         # took it too; the loop's earlier stamp bounds the read's first bytes better) or a clock step
         self.rejected = 0
@@ -184,6 +187,8 @@ class ClockMap:
             "calibration_window_ns": max(self.window_ns, w),
             "kernel_stamped_reads": self.stamped,
             "rejected_stamps": self.rejected,
+            # these TTFTs are the later token's arrival: an upper bound (see the module docstring)
+            "first_token_reads_with_later_tokens": self.merged_first,
         }
 
 

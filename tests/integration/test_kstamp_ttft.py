@@ -6,6 +6,8 @@ and after its send()), the rest 150 ms later. From the head's arrival the client
 loop is kept busy for 50 ms, covering the token's arrival. The kernel-stamped first token must be within
 0.5 ms of the server's write; the user-space stamp, taken when the loop got to it, is late
 by tens of milliseconds (both are in the record: first_token_ns, first_token_user_ns).
+When the next token also comes during the busy period, the kernel has merged the two
+segments: the stamp is the later one's arrival, and the manifest counts such reads.
 """
 
 from __future__ import annotations
@@ -114,3 +116,38 @@ async def test_without_kernel_stamps_the_user_stamp_is_used_and_said(monkeypatch
         "clock": {"clock_source": "user", "reason": "no SO_TIMESTAMPNS receive timestamps on testos"},
     }
     assert rec.first_token_ns is not None and rec.first_token_ns - truth["after"] > 10_000_000
+
+
+async def test_a_first_token_read_late_with_later_tokens_is_counted(monkeypatch):
+    """The kernel merges segments queued unread: such a TTFT is the later token's arrival, and said so."""
+    monkeypatch.delenv("KVBENCH_CLIENT_HTTP", raising=False)
+    server = SERVER.replace("time.sleep(0.15)", "time.sleep(0.005)")  # the rest comes while the loop is busy
+    proc = subprocess.Popen([sys.executable, "-c", server], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        cfg = ClientConfig(
+            base_url=f"http://127.0.0.1:{int(proc.stdout.readline())}", model="m", max_tokens=2
+        )
+        async with make_session(1, 10.0) as session:
+            client = StreamingClient(cfg, session, origin_ns=0)
+            rec = RequestRecord(request_id="r-2")
+
+            async def busy() -> None:
+                while rec.headers_ns is None:
+                    await asyncio.sleep(0.0005)
+                end = time.perf_counter_ns() + int(BUSY_S * 1e9)
+                while time.perf_counter_ns() < end:
+                    pass
+
+            hog = asyncio.get_running_loop().create_task(busy())
+            await client.send(rec, build_body(cfg, "hello world"))
+            await hog
+            manifest = client.clock_manifest()
+        truth = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert rec.ok and rec.clock_source == "kernel" and len(rec.token_ns) == 2
+    assert rec.token_ns[0] == rec.token_ns[1]  # one read carried both: one stamp, the later one's
+    assert rec.first_token_ns is not None and rec.first_token_ns - truth["after"] >= 4_000_000
+    assert manifest["clock"]["first_token_reads_with_later_tokens"] == 1
