@@ -291,10 +291,13 @@ def main() -> int:
             vpy, peers_note = vllm_python()
             if vpy is not None:
                 t0 = time.perf_counter()
-                b.vllm = VLLMBench(vpy, b.tmp, b.client_cores)
-                b.tools.append("vllm")
-                log(f"vLLM {b.vllm.version} driver ready in {time.perf_counter() - t0:.0f} s")
-            else:
+                try:
+                    b.vllm = VLLMBench(vpy, b.tmp, b.client_cores)
+                    b.tools.append("vllm")
+                    log(f"vLLM {b.vllm.version} driver ready in {time.perf_counter() - t0:.0f} s")
+                except RuntimeError as exc:
+                    peers_note = f"vLLM bench serve did not start: {str(exc).splitlines()[-1][:200]}"
+            if b.vllm is None:
                 log(peers_note)
         res["machine"] = {
             "nproc": os.cpu_count(),
