@@ -228,6 +228,7 @@ class StampedTransport(asyncio.Transport):
         self._clock = clock
         self._wbuf: collections.deque[memoryview] = collections.deque()
         self._closing = False
+        self._close_when_flushed = False
         self._lost = False
         protocol.connection_made(self)
         loop.add_reader(self._fd, self._read_ready)
@@ -256,7 +257,7 @@ class StampedTransport(asyncio.Transport):
     # -- writing ---------------------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._wbuf or self._closing or not data:
+        if self._wbuf or self._closing or self._close_when_flushed or not data:
             self.writelines((data,))
             return
         try:
@@ -271,7 +272,7 @@ class StampedTransport(asyncio.Transport):
             self._loop.add_writer(self._fd, self._write_ready)
 
     def writelines(self, list_of_data: Any) -> None:
-        if self._closing:
+        if self._closing or self._close_when_flushed:
             return
         parts = [memoryview(p).cast("B") for p in list_of_data if len(p)]
         if self._wbuf:
@@ -308,6 +309,8 @@ class StampedTransport(asyncio.Transport):
                 return
             self._wbuf.popleft()
         self._loop.remove_writer(self._fd)
+        if self._close_when_flushed:
+            self._shutdown(None)
 
     def get_write_buffer_size(self) -> int:
         return sum(len(p) for p in self._wbuf)
@@ -328,10 +331,15 @@ class StampedTransport(asyncio.Transport):
         return default
 
     def is_closing(self) -> bool:
-        return self._closing
+        return self._closing or self._close_when_flushed
 
     def close(self) -> None:
-        self.abort()  # the timed client never half-closes; pending writes are for a dead exchange
+        """Close once what was written has been sent (asyncio's close); abort() drops it."""
+        if not self._wbuf:
+            self._shutdown(None)
+        elif not self._close_when_flushed:
+            self._close_when_flushed = True
+            self._loop.remove_reader(self._fd)
 
     def abort(self) -> None:
         self._shutdown(None)

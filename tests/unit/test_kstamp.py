@@ -160,3 +160,24 @@ async def test_connect_refused_raises_oserror():
         port = s.getsockname()[1]  # bound, not listening: refused
         with pytest.raises(OSError):
             await kstamp.open_stamped(loop, _Sink, "127.0.0.1", port, kstamp.ClockMap())
+
+
+@linux_only
+async def test_close_sends_what_was_written_first():
+    loop = asyncio.get_running_loop()
+    got = loop.create_future()
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        got.set_result(await r.read())  # to EOF
+        w.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    host, port = srv.sockets[0].getsockname()[:2]
+    async with srv:
+        tr, sink = await kstamp.open_stamped(loop, _Sink, host, port, kstamp.ClockMap())
+        big = b"z" * (16 * 1024 * 1024)
+        tr.write(big)
+        tr.close()  # most of it is still buffered here
+        assert tr.is_closing()
+        assert len(await asyncio.wait_for(got, 20)) == len(big)
+        await asyncio.wait_for(sink.lost, 10)
