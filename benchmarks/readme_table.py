@@ -10,8 +10,8 @@ repeats: the README's ratios must come from one full run that had them.
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -26,14 +26,19 @@ def block(text: str, where: str) -> tuple[int, int]:
 
 
 def main() -> int:
-    latest = HERE / "results" / "latest"
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--force", action="store_true", help="copy even a run without peers or 3 repeats")
+    ap.add_argument("--results", default=str(HERE / "results" / "latest"), help="results prefix")
+    ap.add_argument("--readme", default=str(HERE.parent / "README.md"))
+    args = ap.parse_args()
+    latest = Path(args.results)
     res = json.loads(latest.with_suffix(".json").read_text())
-    if "--force" not in sys.argv and (res.get("peers") != "ran" or res.get("repeats", 0) < 3):
+    if not args.force and (res.get("peers") != "ran" or res.get("repeats", 0) < 3):
         print(f"README not updated: latest run had peers={res.get('peers')!r}, repeats={res.get('repeats')}")
         return 0
     md = latest.with_suffix(".md").read_text()
     i, j = block(md, str(latest.with_suffix(".md")))
-    readme = HERE.parent / "README.md"
+    readme = Path(args.readme)
     text = readme.read_text()
     a, b = block(text, str(readme))
     readme.write_text(text[:a] + md[i:j] + text[b:])
