@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test check run bench clean
+.PHONY: setup test check run bench bench-readme clean
 
 setup: $(STAMP)
 
@@ -26,8 +26,14 @@ check: setup
 run: setup
 	$(BIN)/kvbench run ttft
 
+# ~8 min; BENCH_ARGS=--no-peers skips vLLM bench serve and the aiohttp client (the README is then left alone)
 bench: setup
-	$(BIN)/python benchmarks/run_bench.py
+	$(BIN)/python benchmarks/run_bench.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/readme_table.py
+
+# the README's performance table from benchmarks/results/latest.md (only a full run with peers)
+bench-readme:
+	$(BIN)/python benchmarks/readme_table.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

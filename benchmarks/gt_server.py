@@ -7,15 +7,21 @@ delays the others' timestamps, which the bench would then charge to the client. 
 server does the least a streaming server can do, and stamps its own times:
 
   received_ns      the whole request (headers and body) is in, i.e. what a real server
-                   could start working on (CLOCK_MONOTONIC, time.perf_counter_ns)
+                   could start working on (CLOCK_MONOTONIC, time.perf_counter_ns): the
+                   kernel's receive stamp of the read that completed it (kvbench.client.transport.kstamp), so
+                   that the server's own loop lag under load is not charged to the client;
+                   received_user_ns is when this server's loop got to it (both recorded;
+                   --no-kernel-stamps: the loop's time only, uvloop's own transport)
   first_byte_ns    the first byte of the request arrived
   first_token_ns   just after the first content chunk was handed to the socket
+  token_ns         the same for every content chunk (to see which one a client's stamp matches)
   end_ns           after the last chunk
   in_flight_at_receive  completion requests received and not yet finished, this one included
 
-The first content chunk is written `ttft_ms` after received_ns; the rest `decode_ms`
-apart. Records are kept in memory and written as JSONL to --ground-truth when the
-server stops (SIGTERM, SIGINT or stdin EOF), so no file I/O runs while it serves.
+The first content chunk is written `ttft_ms` after received_ns (or a seeded uniform draw
+in [ttft_ms, ttft_ms_max] per request); the rest `decode_ms` apart. Records are kept in
+memory and written as JSONL to --ground-truth when the server stops (SIGTERM, SIGINT or
+stdin EOF), so no file I/O runs while it serves.
 
 Endpoints: GET /v1/models, GET /version, POST /tokenize (whitespace words, the same
 count the kvbench prompts assume), POST /v1/completions (streaming, chunked, with a
@@ -32,6 +38,7 @@ import contextlib
 import gc
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -47,8 +54,10 @@ _EVENT_HEAD = b'data: {"id":"%b","object":"text_completion","created":0,"model":
 
 
 class State:
-    def __init__(self, ttft_s: float, decode_s: float) -> None:
+    def __init__(self, ttft_s: float, decode_s: float, ttft_max_s: float | None = None) -> None:
         self.ttft_s = ttft_s
+        self.ttft_max_s = ttft_max_s
+        self.rng = random.Random(0)
         self.decode_s = decode_s
         self.in_flight = 0
         self.records: list[dict[str, Any]] = []
@@ -83,6 +92,7 @@ class GTProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.first_byte_ns = 0
+        self.read_ns = 0  # the last read: kernel receive stamp where there is one
         self.need: int | None = None  # total bytes of the pending request, once headers are parsed
         self.head: tuple[bytes, bytes, dict[bytes, bytes]] | None = None
         self.busy = False  # a response is being streamed; the next request waits (no pipelining)
@@ -101,8 +111,13 @@ class GTProtocol(asyncio.Protocol):
         self.closed = True
 
     def data_received(self, data: bytes) -> None:
+        t = time.perf_counter_ns()
+        self.data_received_stamped(data, t, None)
+
+    def data_received_stamped(self, data: bytes, t_user: int, t_kernel: int | None) -> None:
+        self.read_ns = t_user if t_kernel is None else t_kernel
         if not self.buf:
-            self.first_byte_ns = time.perf_counter_ns()
+            self.first_byte_ns = self.read_ns
         self.buf += data
         if not self.busy:
             self._try_request()
@@ -124,19 +139,22 @@ class GTProtocol(asyncio.Protocol):
         assert self.need is not None
         if len(buf) < self.need:
             return
-        received = time.perf_counter_ns()
+        received_user = time.perf_counter_ns()
+        received = self.read_ns  # the read that completed the request
         method, path, headers = self.head
         body = buf[self.need - int(headers.get(b"content-length", b"0")) : self.need]
         first_byte = self.first_byte_ns
         del buf[: self.need]
         if buf:
-            self.first_byte_ns = received
+            self.first_byte_ns = received_user
         self.head, self.need = None, None
         keep = headers.get(b"connection", b"").lower() != b"close"
         path = path.split(b"?", 1)[0]
         if method == b"POST" and path in (b"/v1/completions", b"/v1/chat/completions"):
             self.busy = True
-            asyncio.get_running_loop().create_task(self._stream(headers, body, received, first_byte))
+            asyncio.get_running_loop().create_task(
+                self._stream(headers, body, received, first_byte, received_user)
+            )
             return
         assert self.transport is not None
         if method == b"GET" and path == b"/v1/models":
@@ -158,7 +176,12 @@ class GTProtocol(asyncio.Protocol):
             self._try_request()
 
     async def _stream(
-        self, headers: dict[bytes, bytes], body: bytearray, received: int, first_byte: int
+        self,
+        headers: dict[bytes, bytes],
+        body: bytearray,
+        received: int,
+        first_byte: int,
+        received_user: int,
     ) -> None:
         st = self.state
         st.in_flight += 1
@@ -168,14 +191,17 @@ class GTProtocol(asyncio.Protocol):
             "request_id": rid,
             "first_byte_ns": first_byte,
             "received_ns": received,
+            "received_user_ns": received_user,
             "in_flight_at_receive": st.in_flight,
             "body_bytes": len(body),
             "conn": self.conn_id,
             "first_token_ns": None,
             "end_ns": None,
+            "token_ns": [],  # just after each content chunk's write
         }
         tr = self.transport
         assert tr is not None
+        token_ns: list[int] = rec["token_ns"]
         try:
             m = _MAX_TOKENS.search(body, 0, 4096) or _MAX_TOKENS.search(body, max(0, len(body) - 4096))
             n_out = int(m.group(1)) if m else 16
@@ -185,7 +211,8 @@ class GTProtocol(asyncio.Protocol):
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                 b"Transfer-Encoding: chunked\r\nX-Request-Id: " + rid.encode() + b"\r\n\r\n"
             )
-            due = loop.time() + st.ttft_s - (time.perf_counter_ns() - received) / 1e9
+            ttft = st.ttft_s if st.ttft_max_s is None else st.rng.uniform(st.ttft_s, st.ttft_max_s)
+            due = loop.time() + ttft - (time.perf_counter_ns() - received) / 1e9
             cid = b"cmpl-" + rid.encode()
             head = b'data: {"id":"%b","object":"text_completion","created":0,"model":"%b' % (
                 cid,
@@ -209,8 +236,10 @@ class GTProtocol(asyncio.Protocol):
                         + b',"stop_reason":null}]}\n\n'
                     )
                 )
+                written = time.perf_counter_ns()
                 if i == 0:
-                    rec["first_token_ns"] = time.perf_counter_ns()
+                    rec["first_token_ns"] = written
+                token_ns.append(written)
                 due += st.decode_s
             total = prompt_words + n_out
             usage = {"prompt_tokens": prompt_words, "completion_tokens": n_out, "total_tokens": total}
@@ -228,11 +257,23 @@ class GTProtocol(asyncio.Protocol):
 
 async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
-    state = State(args.ttft_ms / 1000.0, args.decode_ms / 1000.0)
-    server = await loop.create_server(lambda: GTProtocol(state), args.host, args.port, backlog=1024)
-    port = server.sockets[0].getsockname()[1]
+    ttft_max = None if args.ttft_ms_max is None else args.ttft_ms_max / 1000.0
+    state = State(args.ttft_ms / 1000.0, args.decode_ms / 1000.0, ttft_max)
+    clock = None
+    if not args.no_kernel_stamps:
+        from kvbench.client.transport import kstamp
+
+        clock = kstamp.ClockMap() if kstamp.unavailable() is None else None
+    if clock is not None:
+        server = _StampedServer(loop, state, clock, args.host, args.port)
+        port = server.port
+    else:
+        server = await loop.create_server(lambda: GTProtocol(state), args.host, args.port, backlog=1024)
+        port = server.sockets[0].getsockname()[1]
     if args.announce:
-        print(json.dumps({"base_url": f"http://{args.host}:{port}", "pid": os.getpid()}), flush=True)
+        info = {"base_url": f"http://{args.host}:{port}", "pid": os.getpid()}
+        info["clock_source"] = "user" if clock is None else "kernel"
+        print(json.dumps(info), flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -255,12 +296,44 @@ async def serve(args: argparse.Namespace) -> None:
                 fh.write(json.dumps(rec) + "\n")
 
 
+class _StampedServer:
+    """Accepts on a listening socket; each connection read with kernel receive stamps (kstamp)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, state: State, clock: Any, host: str, port: int):
+        from kvbench.client.transport import kstamp
+
+        self.kstamp, self.loop, self.state, self.clock = kstamp, loop, state, clock
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(1024)
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+        loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            conn.setblocking(False)
+            self.kstamp.enable(conn)
+            self.kstamp.StampedTransport(self.loop, conn, GTProtocol(self.state), self.clock)
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--ttft-ms", type=float, default=50.0)
+    ap.add_argument("--ttft-ms-max", type=float, default=None, help="draw each TTFT in [ttft-ms, this]")
     ap.add_argument("--decode-ms", type=float, default=1.0)
+    ap.add_argument("--no-kernel-stamps", action="store_true", help="received_ns from the loop's clock")
     ap.add_argument("--ground-truth", default=None)
     ap.add_argument("--announce", action="store_true")
     ap.add_argument("--exit-on-stdin-eof", action="store_true")

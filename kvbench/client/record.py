@@ -50,6 +50,8 @@ class RequestRecord:
     attempt: int = 1
     finish_reason: str | None = None
     burst: bool = False  # first and last of several tokens within BURST_NS of the headers
+    clock_source: str = "user"  # "kernel": the first token's time is the kernel's RX stamp (kstamp)
+    first_token_user_ns: int | None = None  # when the loop got to the first token (http1 only)
 
     @property
     def ok(self) -> bool:
@@ -96,6 +98,9 @@ class RequestRecord:
             "attempt": self.attempt,
             "finish_reason": self.finish_reason,
             "burst": self.burst,
+            "clock_source": self.clock_source,
+            "first_token_user_ns": self.first_token_user_ns,
+            "first_token_lag_ms": ms(self.first_token_user_ns, self.first_token_ns),
         }
 
 

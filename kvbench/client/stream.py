@@ -10,6 +10,9 @@ every rule below holds for http1 and aiohttp alike:
 - TTFT is the first chunk that carries content or reasoning text; role-only and usage-only
   chunks never count (vLLM once shipped that bug, PR #3768).
 The per-chunk path is `_sse`; the mode is chosen once, in `head`, by swapping `feed`.
+Where the transport stamps reads in the kernel (`stamp`), the first token's record says so
+(`clock_source`) and keeps the loop's stamp beside it (`first_token_user_ns`); a first-token
+read that already held later tokens is flagged (`merged`: its stamp is the later arrival).
 """
 
 from __future__ import annotations
@@ -58,13 +61,17 @@ class ResponseStream:
         "collected",
         "done",
         "feed",
+        "first_read",
         "kept",
+        "kernel",
         "last_t",
+        "merged",
         "on_first",
         "parser",
         "pieces",
         "reason",
         "rec",
+        "t_user",
     )
 
     def __init__(self, rec: RequestRecord, cfg: ClientConfig) -> None:
@@ -78,6 +85,13 @@ class ResponseStream:
         self.collected: bytearray | None = None
         self.reason = ""
         self.feed: Callable[[int, bytes], bool] = self._sse
+        self.t_user: int | None = None  # the loop's stamp of the read being fed (set by stamp())
+        self.kernel = False
+        self.first_read = False  # the read being fed carried the first token
+        self.merged = False  # ... and later tokens too (kernel stamps: TTFT is the later arrival)
+
+    def stamp(self, t_user: int, kernel: bool) -> None:
+        self.t_user, self.kernel, self.first_read = t_user, kernel, False
 
     # -- the head ------------------------------------------------------------------------------------
 
@@ -148,8 +162,15 @@ class ResponseStream:
             if text:
                 if rec.first_token_ns is None:
                     rec.first_token_ns = t
+                    if self.t_user is not None:  # the loop's stamp beside the transport's: their gap is lag
+                        rec.first_token_user_ns = self.t_user
+                        rec.clock_source = "kernel" if self.kernel else "user"
+                        self.first_read = True
                     if self.on_first is not None:
                         self.on_first()
+                elif self.first_read:
+                    self.first_read = False
+                    self.merged = self.kernel
                 rec.token_ns.append(t)
                 rec.output_chars += len(text)
                 if self.kept < OUTPUT_TEXT_KEEP:

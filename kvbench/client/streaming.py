@@ -9,6 +9,8 @@ Timing rules (they are the point of a benchmark):
   cancellation propagates, after the record is marked `cancelled`.
 Timeouts, cancellation and the mapping of transport failures to error types are written here
 once, for every transport. Secrets the server echoes in an error are redacted here too.
+Where the http1 transport reads kernel receive stamps (transport/kstamp.py), a chunk's time is
+when it reached the socket; `clock_manifest()` says which clock the run's times came from.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class StreamingClient:
         self._limit = int(getattr(connector, "limit", 0) or DEFAULT_LIMIT)
         timeout = getattr(session, "timeout", None)
         self._connect_s = float(getattr(timeout, "sock_connect", None) or 10.0)
+        self.merged_first = 0  # kernel-stamped first-token reads that also held later tokens
         self.cfg = cfg
 
     @property
@@ -106,6 +109,22 @@ class StreamingClient:
 
     def now(self) -> int:
         return time.perf_counter_ns() - self.origin_ns
+
+    def clock_manifest(self) -> dict[str, Any]:
+        """`clock_source` and the kernel-stamp calibration, for the run's manifest."""
+        from kvbench.client.transport.http1 import Http1Transport
+
+        if not isinstance(self.transport, Http1Transport):
+            info: dict[str, Any] = {
+                "clock_source": "user",
+                "reason": "timed requests go through aiohttp (https://, or target.transport: aiohttp)",
+            }
+        else:
+            info = self.transport.clock_info()
+            if info["clock_source"] == "kernel":
+                # these TTFTs are the later token's arrival: an upper bound (kstamp's docstring)
+                info["first_token_reads_with_later_tokens"] = self.merged_first
+        return {"clock_source": info["clock_source"], "clock": info}
 
     async def aclose(self) -> None:
         for transport in self._transports.values():
@@ -165,6 +184,7 @@ class StreamingClient:
             if watch[0] is not None:
                 watch[0].cancel()
             stream.close()
+            self.merged_first += stream.merged
             if rec.error_message and self._redact.secrets:
                 rec.error_message = self._redact(rec.error_message)
         return rec

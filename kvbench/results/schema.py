@@ -209,9 +209,44 @@ class TtftStep(Record):
     restore_client_ms: float | None = Field(None, description="slot_file: restore call, end to end.")
 
 
+class ClockInfo(Record):
+    """Where the timed requests' receive times came from: the kernel's RX stamps or the event loop."""
+
+    clock_source: Literal["kernel", "user"] = Field(
+        description="kernel: SO_TIMESTAMPNS receive stamps mapped onto the run's clock; user: the loop's."
+    )
+    reason: str | None = Field(None, description="user: why kernel stamps were not used.")
+    stamp: str | None = Field(None, description="kernel: which stamp (SO_TIMESTAMPNS, software RX).")
+    offset_start_ns: int | None = Field(None, description="CLOCK_REALTIME - perf_counter_ns at start.")
+    offset_end_ns: int | None = Field(None, description="The same offset sampled at the end.")
+    drift_ns: int | None = Field(None, description="offset_end_ns - offset_start_ns.")
+    offset_span_ns: int | None = Field(None, description="Largest - smallest offset sampled during the run.")
+    calibration_window_ns: int | None = Field(
+        None, description="Widest bracket of the offset samples: the mapping's uncertainty."
+    )
+    kernel_stamped_reads: int | None = Field(None, description="Reads whose time came from the kernel.")
+    rejected_stamps: int | None = Field(
+        None, description="Kernel stamps later than the loop's own (not trusted; the loop's was used)."
+    )
+    first_token_reads_with_later_tokens: int | None = Field(
+        None, description="kernel: first-token reads that also held later tokens (TTFT = the later arrival)."
+    )
+
+
 # keys a manifest has only once known (absent rather than null, as kvbench has always written them)
 OMIT_WHEN_NONE = frozenset(
-    {"load", "requests", "prompts", "cold_start", "ttft_steps", "error", "lab", "cluster"}
+    {
+        "load",
+        "requests",
+        "prompts",
+        "cold_start",
+        "ttft_steps",
+        "error",
+        "lab",
+        "cluster",
+        "clock_source",
+        "clock",
+    }
 )
 
 
@@ -246,6 +281,10 @@ class Manifest(Record):
         description="cluster.backend ray: the Ray session (address, mode, version, driver node, limits) "
         "and the load workers (placement, nodes, clock offsets, lost ones).",
     )
+    clock_source: Literal["kernel", "user"] | None = Field(
+        None, description="Which clock the timed requests' receive times came from (set at the end)."
+    )
+    clock: ClockInfo | None = Field(None, description="The receive clock in detail (set at the end).")
 
     def to_json_dict(self) -> dict[str, Any]:
         """The dict written to manifest.json (optional sections absent until known)."""

@@ -316,6 +316,7 @@ def finish(run: Run, status: str) -> None:
         ended_at=utc_now_iso(),
         error_counts=dict(run.error_counts),
         requests=len(run.records),
+        **run.client.clock_manifest(),
     )
     remote = getattr(run.load_backend, "record", None)  # Ray load workers: where they ran, which were lost
     if remote is not None and run.rd.manifest is not None:

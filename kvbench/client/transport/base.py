@@ -55,6 +55,9 @@ class ResponseSink(Protocol):
     end(): the body ended normally (framing complete or, for unframed bodies, the close).
     done: the record finished cleanly mid-body (SSE `[DONE]`); the rest of the body may be drained
     for keep-alive, but nobody waits for it.
+    stamp(): said before a feed() whose `t` may come from elsewhere than the loop's read callback
+    (http1's kernel receive stamps): `t_user` is the loop's stamp of the same read, `kernel` whether
+    `t` is the kernel's. A transport that stamps in the loop need not call it.
     """
 
     done: bool
@@ -62,6 +65,8 @@ class ResponseSink(Protocol):
     def head(self, t: int, status: int, reason: str, headers: Mapping[str, str]) -> bool: ...
 
     def feed(self, t: int, chunk: bytes) -> bool: ...
+
+    def stamp(self, t_user: int, kernel: bool) -> None: ...
 
     def end(self, t: int) -> None: ...
 

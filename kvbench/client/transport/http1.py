@@ -13,6 +13,11 @@ pipelining), responses framed by chunked encoding, Content-Length or connection
 close; interim 1xx responses skipped; line ends CRLF or bare LF (as aiohttp's parser
 accepts). Status, headers and body meaning belong to the sink (kvbench.client.stream):
 compression, redirects and errors are judged there, once for every transport.
+
+Receive times are the kernel's where Linux gives them (kstamp: SO_TIMESTAMPNS read with
+recvmsg): a read's time is when its segment reached the socket, however busy the loop was.
+The loop's own stamp of the same read goes to the sink beside it (`ResponseSink.stamp`), so
+the record keeps both for the first token (`first_token_user_ns`, `clock_source`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import socket
 import time
 from typing import Any
 
+from kvbench.client.transport import kstamp
 from kvbench.client.transport.base import (
     BadResponse,
     ConnectFailed,
@@ -51,6 +57,8 @@ class Http1Transport(TimedTransport):
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._all: set[_Conn] = set()
         self._prefix: tuple[TimedRequest, bytes] | None = None
+        # kernel receive stamps (kstamp) where the platform has them; None: user-space stamps
+        self.clock = kstamp.ClockMap() if kstamp.unavailable() is None else None
 
     def _head(self, req: TimedRequest, request_id: str, body_len: int) -> bytes:
         cached = self._prefix
@@ -95,7 +103,9 @@ class Http1Transport(TimedTransport):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(lambda: _Conn(self, address), host, port)
+                _, conn = await kstamp.open_stamped(
+                    loop, lambda: _Conn(self, address), host, port, self.clock
+                )
         except TimeoutError:
             raise ConnectFailed(f"connect timed out after {self.connect_timeout_s:g} s") from None
         except OSError as exc:
@@ -110,6 +120,16 @@ class Http1Transport(TimedTransport):
     def forget(self, conn: _Conn) -> None:
         self._all.discard(conn)
 
+    def clock_info(self) -> dict[str, Any]:
+        """Where this transport's receive times came from, for the run's manifest (`clock`)."""
+        why = kstamp.unavailable()
+        if self.clock is None or why is not None:
+            return {"clock_source": "user", "reason": why or "kernel stamps not enabled"}
+        info = self.clock.finish()
+        if not self.clock.stamped:
+            return {"clock_source": "user", "reason": "no read carried a kernel stamp", **info}
+        return {"clock_source": "kernel", "stamp": "SO_TIMESTAMPNS (software RX, CLOCK_REALTIME)", **info}
+
     async def aclose(self) -> None:
         self.close()
 
@@ -118,6 +138,8 @@ class Http1Transport(TimedTransport):
             conn.close()
         self._all.clear()
         self._idle.clear()
+        if self.clock is not None:
+            self.clock.close()
 
 
 async def _exchange(conn: _Conn, head: bytes, body: bytes, sink: ResponseSink, origin_ns: int) -> None:
@@ -163,6 +185,17 @@ class _Conn(asyncio.Protocol):
             self.close()
             return
         ex.received(t, data)
+
+    def data_received_stamped(self, data: bytes, t_user: int, t_kernel: int | None) -> None:
+        """kstamp.StampedTransport's read: the kernel's receive time where the read carried one."""
+        ex = self.ex
+        if ex is None:
+            self.close()
+            return
+        if t_kernel is None:
+            ex.received(t_user, data)
+        else:
+            ex.received(t_kernel, data, t_user, True)
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -222,7 +255,8 @@ class Exchange:
 
     # -- callbacks from _Conn ---------------------------------------------------------------------------
 
-    def received(self, t_abs: int, data: bytes) -> None:
+    def received(self, t_abs: int, data: bytes, t_user_abs: int | None = None, kernel: bool = False) -> None:
+        """Bytes read at t_abs: the kernel's receive stamp when `kernel`, t_user_abs the loop's."""
         t = t_abs - self.origin
         try:
             if self.state == _HEAD:
@@ -242,6 +276,8 @@ class Exchange:
                 if complete:
                     self._finish(reuse=self.keep_alive)
                 return
+            if body:
+                self.sink.stamp(t if t_user_abs is None else t_user_abs - self.origin, kernel)
             if body and self.sink.feed(t, body):
                 # [DONE]: the record is final; the rest is read (never waited for) only to reuse
                 # the connection, which a close-delimited body cannot be
