@@ -13,6 +13,18 @@ from kvbench.client.transport import kstamp
 linux_only = pytest.mark.skipif(kstamp.unavailable() is not None, reason=str(kstamp.unavailable()))
 
 
+def _wait_until_stamped(client: socket.socket, server: socket.socket) -> None:
+    """Linux turns RX stamping on a moment after the first socket asks (a deferred static key)."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        server.send(b"w")
+        data, real = kstamp.read(client)
+        if real is not None:
+            return
+        time.sleep(0.01)
+    pytest.fail("no kernel receive stamp within 2 s of enabling SO_TIMESTAMPNS")
+
+
 def _pair() -> tuple[socket.socket, socket.socket]:
     with socket.socket() as lst:
         lst.bind(("127.0.0.1", 0))
@@ -42,6 +54,7 @@ def test_a_stamp_is_the_senders_write_time_not_the_read_time():
     with client, server:
         assert kstamp.enable(client)
         clock = kstamp.ClockMap()
+        _wait_until_stamped(client, server)
         errors = []
         for _ in range(20):
             before = time.perf_counter_ns()
@@ -66,6 +79,7 @@ def test_segments_queued_unread_carry_the_newest_stamp():
     with client, server:
         assert kstamp.enable(client)
         clock = kstamp.ClockMap()
+        _wait_until_stamped(client, server)
         server.send(b"A" * 10)
         time.sleep(0.02)
         second = time.perf_counter_ns()
