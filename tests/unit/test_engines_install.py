@@ -85,7 +85,9 @@ def test_install_reuses_a_matching_install(engines_tmp: Path, monkeypatch: pytes
     def boom(say: object) -> None:
         raise AssertionError("must not rebuild")
 
-    monkeypatch.setattr(inst, "_install_llamacpp", boom)
+    from kvbench.engines import recipes
+
+    monkeypatch.setattr(recipes, "install_llamacpp", boom)
     lines: list[str] = []
     info = inst.install("llamacpp", progress=lines.append)
     assert info.server_bin == server
@@ -126,9 +128,11 @@ def test_missing_program_is_one_line(engines_tmp: Path) -> None:
 
 
 def test_preflight_without_compiler_is_impossible(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inst.shutil, "which", lambda name: None)
+    from kvbench.engines import recipes
+
+    monkeypatch.setattr(recipes.shutil, "which", lambda name: None)
     with pytest.raises(inst.InstallImpossible, match="missing cmake"):
-        inst._preflight_llamacpp()
+        recipes.preflight_llamacpp()
 
 
 def test_extract_vendor_only(tmp_path: Path) -> None:
@@ -148,7 +152,9 @@ def test_extract_vendor_only(tmp_path: Path) -> None:
             tar.addfile(info, io.BytesIO(data))
     log = tmp_path / "extract.log"
     log.write_text("")
-    inst._extract_vendor(sdist, tmp_path / "src", log)
+    from kvbench.engines import recipes
+
+    recipes.extract_vendor(sdist, tmp_path / "src", log)
     assert (tmp_path / "src" / "CMakeLists.txt").is_file()
     assert (tmp_path / "src" / "gguf-py" / "gguf" / "__init__.py").is_file()
     assert not (tmp_path / "src" / "llama_cpp").exists()
