@@ -10,6 +10,9 @@ filled reading that makes a noisy phase about 20x the modelled time of a quiet o
 empty-cache variant runs 120k-token prompts whose prefill (~28 modelled s each) dwarfs every read,
 at the profile's own floor (0.1), so the model itself says the noise has nothing to slow; its
 min_effect_pct states the resolution of a timed phase on a busy 2-core machine (see there).
+
+The shipped default (`kvbench run throughput --noisy`) is run as shipped too, at its own pace and
+noise, with fewer prompts: there the model's ~4x and the mock's CPU to spare are what hold.
 """
 
 from pathlib import Path
@@ -136,4 +139,25 @@ async def test_empty_cache_variant_is_prefill_bound_with_no_distinguishable_effe
     x = s.noise_explained
     assert x is not None and x.quiet_share < 0.10 and x.could_matter is False
     assert "could not have mattered much" in x.sentence
+    check_attribution_against_ground_truth(run_dir, s)
+
+
+async def test_shipped_default_noisy_scenario_shows_the_effect_bound_by_g4_onboarding(tmp_path):
+    """`kvbench run throughput --noisy` as shipped: its pace (test.noisy.mock_overrides, time scale
+    0.02), prompt sizes, 28 connections, each prompt replayed twice per phase, 6 ABBA pairs and the
+    unthrottled 4-sender noise; only fewer prompts and requests (28 and 56, not 100 and 200) for CI
+    time. The model predicts a noisy phase ~4x a quiet one (G4 reads left 8 of 80 GB/s); the mock's
+    CPU must not be what bounds the phases, so the interval excludes zero by a wide margin."""
+    run_dir, s = await run(tmp_path, **{"test.noisy.enabled": True, "prompts.count": 28, "load.requests": 56})
+    assert read_manifest(run_dir)["target"]["mock_time_scale"] == 0.02  # the scenario's noisy pace
+    e = s.noise_effect
+    assert e is not None and e.pairs == 6 and e.balanced
+    assert e.verdict == "slower" and e.time_change_ci_pct[0] > 50.0, e.sentence
+    assert "distinguishable from zero" in e.sentence
+    for a in s.attribution:
+        if a.label == "noisy":  # G4 onboarding is the largest share of a noisy phase's time
+            assert max(a.shares, key=a.shares.get) == "onboard_G4" and a.shares["onboard_G4"] > 0.5, a.shares
+    x = s.noise_explained
+    assert x is not None and x.resource == "fabric" and x.could_matter is True
+    assert x.noisy_share > 0.5
     check_attribution_against_ground_truth(run_dir, s)
