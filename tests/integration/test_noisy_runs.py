@@ -78,6 +78,7 @@ def check_attribution_against_ground_truth(run_dir: Path, summary) -> None:
 
 async def test_default_noisy_run_is_slower_with_an_interval_and_bound_by_g4_onboarding(tmp_path):
     run_dir, s = await run(tmp_path, **FILLED, **{"test.noisy.pairs": 4})
+    assert read_manifest(run_dir)["target"]["mock_time_scale"] == 0.06  # target.mock_overrides wins
     names = [p.phase for p in s.phases if p.label != "probe"]
     assert names == [
         "fill",

@@ -120,7 +120,9 @@ def test_fast_lookup_touch_and_insert_match_the_per_block_rule():
     rng = random.Random(7)
     for trial in range(300):
         enabled = {t: rng.random() < 0.7 for t in TIERS}
-        cache = TieredKVCache({t: rng.randint(5, 60) for t in TIERS}, enabled, 16)
+        if trial % 3 == 0:  # one tier (the published G4-only shape): the memo is refreshed on commit
+            enabled = {t: t == rng.choice(TIERS) for t in TIERS}
+        cache = TieredKVCache({t: rng.choice((0, 3, 8, 20, 60, 200)) for t in TIERS}, enabled, 16)
         mirror = {t.name: OrderedDict() for t in cache.tiers}  # LRU order by the slow rule
         seen: list[tuple[int, ...]] = []
         for _ in range(12):
@@ -182,3 +184,15 @@ def test_replayed_prompts_keep_lru_order_while_touches_are_deferred():
     fill(cache, (21,))  # a new block: evicts the least recently used, a's first block
     assert list(cache.tier("G4").blocks) == [2, 3, 11, 12, 13, 21]
     assert cache.lookup(a, 3).num_blocks == 0 and cache.lookup(b, 3).num_blocks == 3
+
+
+def test_a_replayed_prompt_is_known_after_its_commit_unless_something_was_removed():
+    cache = only("G4", capacity=6)
+    a = (1, 2, 3)
+    assert fill(cache, a).num_blocks == 0  # the fill: a miss, then committed
+    assert cache.lookup(a, 3).runs == [("G4", 0, 3)]  # known from the commit (no probe needed)
+    fill(cache, (11, 12, 13, 14))  # evicts 1: a removal since, so the next lookup probes again
+    assert cache.lookup(a, 3).num_blocks == 0
+    empty = only("G4", capacity=0)  # an enabled tier that can hold nothing
+    fill(empty, a)
+    assert empty.lookup(a, 3).num_blocks == 0
