@@ -193,7 +193,7 @@ async def connect_target(
                 run_path / "mock_ground_truth.jsonl",
                 needs_fabric,
                 persist,
-                scn.target.mock_overrides,
+                {**scn.test.mock_defaults, **scn.target.mock_overrides},
             )
         )
         base_url = mock.base_url

@@ -64,6 +64,11 @@ class SectionBase(Strict):
         """Requests this test keeps in flight when it sets its own load (None: `load` says)."""
         return None
 
+    @property
+    def mock_defaults(self) -> dict[str, str | int | float | bool]:
+        """Embedded-mock profile fields this test sets; target.mock_overrides wins on the same field."""
+        return {}
+
 
 class TtftSection(SectionBase):
     kind: Literal["ttft"] = "ttft"
@@ -143,6 +148,13 @@ class Noisy(Strict):
         description="Capacity of the resource the noise competes for (fabric or storage), B/s: the "
         "report shows the noise's share of it (the mock states its own).",
     )
+    mock_overrides: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Embedded mock, noisy runs from a filled cache only: profile fields to override, e.g. "
+        "{time_scale: 0.02} (a pace at which the modelled phase, not the machine running the mock, bounds "
+        "a filled-cache phase; an empty-cache phase is bound by prefill); target.mock_overrides wins on "
+        "the same field.",
+    )
 
     def resolved_pairs(self) -> int:
         if self.pairs is not None:
@@ -183,6 +195,11 @@ class ThroughputSection(SectionBase):
     @property
     def restarts_server(self) -> bool:
         return bool(self.between_phases.command)
+
+    @property
+    def mock_defaults(self) -> dict[str, str | int | float | bool]:
+        noisy = self.noisy
+        return dict(noisy.mock_overrides) if noisy.enabled and noisy.cache_start == "filled" else {}
 
 
 class SessionsSection(SectionBase):

@@ -10,6 +10,9 @@ filled reading that makes a noisy phase about 20x the modelled time of a quiet o
 empty-cache variant runs 120k-token prompts whose prefill (~28 modelled s each) dwarfs every read,
 at the profile's own floor (0.1), so the model itself says the noise has nothing to slow; its
 min_effect_pct states the resolution of a timed phase on a busy 2-core machine (see there).
+
+The shipped default (`kvbench run throughput --noisy`) is run as shipped too, at its own pace and
+noise, with fewer prompts: there the model's ~4x and the mock's CPU to spare are what hold.
 """
 
 from pathlib import Path
@@ -49,7 +52,7 @@ async def run(tmp_path: Path, **overrides):
     return outcome.run_dir, summary
 
 
-def check_attribution_against_ground_truth(run_dir: Path, summary) -> None:
+def check_attribution_against_ground_truth(run_dir: Path, summary, model_share_min=MODEL_SHARE_MIN) -> None:
     """Every phase: components sum to the measured time; the GT splits sum to the GT totals; the
     server's stamps sit causally inside the client's (same monotonic clock)."""
     df = load_run(run_dir)
@@ -62,7 +65,7 @@ def check_attribution_against_ground_truth(run_dir: Path, summary) -> None:
         assert a.measured_s == pytest.approx(ok.e2e_ms.sum() / 1e3, rel=1e-9)
         assert sum(a.components_s.values()) == pytest.approx(a.measured_s, rel=1e-9)
         modelled = sum(v for k, v in a.components_s.items() if k not in ("server_other", "transport"))
-        assert modelled >= MODEL_SHARE_MIN * a.measured_s, (a.phase, a.shares)
+        assert modelled >= model_share_min * a.measured_s, (a.phase, a.shares)
     for row in df[df.status == "ok"].itertuples():
         t = gt[row.request_id]
         assert sum(t["onboard_ms_by_tier"].values()) == pytest.approx(t["onboard_ms"], abs=1e-6)
@@ -75,6 +78,7 @@ def check_attribution_against_ground_truth(run_dir: Path, summary) -> None:
 
 async def test_default_noisy_run_is_slower_with_an_interval_and_bound_by_g4_onboarding(tmp_path):
     run_dir, s = await run(tmp_path, **FILLED, **{"test.noisy.pairs": 4})
+    assert read_manifest(run_dir)["target"]["mock_time_scale"] == 0.06  # target.mock_overrides wins
     names = [p.phase for p in s.phases if p.label != "probe"]
     assert names == [
         "fill",
@@ -137,3 +141,27 @@ async def test_empty_cache_variant_is_prefill_bound_with_no_distinguishable_effe
     assert x is not None and x.quiet_share < 0.10 and x.could_matter is False
     assert "could not have mattered much" in x.sentence
     check_attribution_against_ground_truth(run_dir, s)
+
+
+async def test_shipped_default_noisy_scenario_shows_the_effect_bound_by_g4_onboarding(tmp_path):
+    """`kvbench run throughput --noisy` as shipped: its pace (test.noisy.mock_overrides, time scale
+    0.02), prompt sizes, 28 connections, each prompt replayed twice per phase, 6 ABBA pairs and the
+    unthrottled 4-sender noise; only fewer prompts and requests (28 and 56, not 100 and 200) for CI
+    time. The model predicts a noisy phase ~4x a quiet one (G4 reads left 8 of 80 GB/s); the mock's
+    CPU must not be what bounds the phases, so the interval excludes zero by a wide margin."""
+    run_dir, s = await run(tmp_path, **{"test.noisy.enabled": True, "prompts.count": 28, "load.requests": 56})
+    assert read_manifest(run_dir)["target"]["mock_time_scale"] == 0.02  # the scenario's noisy pace
+    e = s.noise_effect
+    assert e is not None and e.pairs == 6 and e.balanced
+    assert e.verdict == "slower" and e.time_change_ci_pct[0] > 50.0, e.sentence
+    assert "distinguishable from zero" in e.sentence
+    for a in s.attribution:
+        if a.label == "noisy":  # G4 onboarding is the largest share of a noisy phase's time
+            assert max(a.shares, key=a.shares.get) == "onboard_G4" and a.shares["onboard_G4"] > 0.5, a.shares
+    x = s.noise_explained
+    assert x is not None and x.resource == "fabric" and x.could_matter is True
+    assert x.noisy_share > 0.5
+    # a 56-request quiet phase lasts ~0.15 s: one stall of the busy 2-core machine (measured: ~0.1 s
+    # while the whole suite ran beside other work) is a large share of it, so the model's share of
+    # the time is checked at 0.5 here (the shipped 200-request phases measured 0.91-0.96)
+    check_attribution_against_ground_truth(run_dir, s, model_share_min=0.5)

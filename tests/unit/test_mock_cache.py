@@ -91,3 +91,108 @@ def test_persisted_index_for_another_model_is_ignored(tmp_path):
     c1.close()
     c2 = TieredKVCache(caps, en, 16, tmp_path, {"model": "b"})
     assert c2.lookup([1, 2], 2).num_blocks == 0
+
+
+def _reference_lookup(cache, keys, max_blocks):
+    """The per-block rule, one key at a time: (runs, num_blocks) as lookup() must give them."""
+    runs, cur, start, n = [], None, 0, 0
+    for i, key in enumerate(keys[:max_blocks]):
+        name = next((t.name for t in cache.tiers if t.enabled and key in t.blocks), None)
+        if name is None:
+            break
+        if name != cur:
+            if cur is not None:
+                runs.append((cur, start, i))
+            cur, start = name, i
+        n = i + 1
+    if cur is not None:
+        runs.append((cur, start, n))
+    return runs, n
+
+
+def test_fast_lookup_touch_and_insert_match_the_per_block_rule():
+    """lookup/commit are the mock's hot path (C loops, deferred touches, a memo of replayed
+    prompts); on random mixes of tiers, evictions, duplicates and replayed key tuples they give the
+    same runs and the same LRU order as applying the rule one key at a time."""
+    import random
+    from collections import OrderedDict
+
+    rng = random.Random(7)
+    for trial in range(300):
+        enabled = {t: rng.random() < 0.7 for t in TIERS}
+        if trial % 3 == 0:  # one tier (the published G4-only shape): the memo is refreshed on commit
+            enabled = {t: t == rng.choice(TIERS) for t in TIERS}
+        cache = TieredKVCache({t: rng.choice((0, 3, 8, 20, 60, 200)) for t in TIERS}, enabled, 16)
+        mirror = {t.name: OrderedDict() for t in cache.tiers}  # LRU order by the slow rule
+        seen: list[tuple[int, ...]] = []
+        for _ in range(12):
+            keys = [rng.randint(0, 80) for _ in range(rng.randint(0, 40))]
+            if seen and rng.random() < 0.5:  # a replayed prompt: the very same tuple (memo)
+                keys = rng.choice(seen)
+            elif rng.random() < 0.5:
+                keys = tuple(keys)
+                seen.append(keys)
+            max_blocks = rng.randint(0, 45)
+            hit = cache.lookup(keys, max_blocks)
+            assert (hit.runs, hit.num_blocks) == _reference_lookup(cache, keys, max_blocks), trial
+            if rng.random() < 0.3:  # another request's commit evicts some of the hit's blocks
+                other = [rng.randint(100, 200) for _ in range(rng.randint(0, 30))]
+                cache.commit(other, cache.lookup(other, 0), len(other))
+                for t in cache.tiers:
+                    _slow_insert(mirror[t.name], t, other)
+            cache.commit(keys, hit, len(keys))
+            for name, a, b in hit.runs:
+                _slow_touch(mirror[name], keys[a:b])
+                for t in cache.tiers:
+                    if (t.name == "G1" and name != "G1") or (t.name == "G2" and name in ("G3", "G4")):
+                        _slow_insert(mirror[t.name], t, keys[a:b])
+            for t in cache.tiers:
+                _slow_insert(mirror[t.name], t, keys[hit.num_blocks :])
+                if rng.random() < 0.3:  # reading the order applies the pending touches
+                    assert list(t.blocks) == list(mirror[t.name]), (trial, t.name)
+        for t in cache.tiers:
+            assert list(t.blocks) == list(mirror[t.name]), (trial, t.name)
+
+
+def _slow_touch(blocks, keys):
+    for k in keys:
+        if k in blocks:
+            blocks.move_to_end(k)
+
+
+def _slow_insert(blocks, tier, keys):
+    if not tier.enabled or tier.capacity_blocks <= 0:
+        return
+    for k in keys:
+        if k in blocks:
+            blocks.move_to_end(k)
+        else:
+            blocks[k] = None
+    while len(blocks) > tier.capacity_blocks:
+        blocks.popitem(last=False)
+
+
+def test_replayed_prompts_keep_lru_order_while_touches_are_deferred():
+    cache = only("G4", capacity=6)
+    a, b = (1, 2, 3), (11, 12, 13)
+    fill(cache, a)
+    fill(cache, b)
+    for keys in (a, b, a):  # full hits: nothing new, only the order changes (deferred)
+        fill(cache, keys)
+    assert list(cache.tier("G4").blocks) == [11, 12, 13, 1, 2, 3]
+    fill(cache, b)
+    fill(cache, (21,))  # a new block: evicts the least recently used, a's first block
+    assert list(cache.tier("G4").blocks) == [2, 3, 11, 12, 13, 21]
+    assert cache.lookup(a, 3).num_blocks == 0 and cache.lookup(b, 3).num_blocks == 3
+
+
+def test_a_replayed_prompt_is_known_after_its_commit_unless_something_was_removed():
+    cache = only("G4", capacity=6)
+    a = (1, 2, 3)
+    assert fill(cache, a).num_blocks == 0  # the fill: a miss, then committed
+    assert cache.lookup(a, 3).runs == [("G4", 0, 3)]  # known from the commit (no probe needed)
+    fill(cache, (11, 12, 13, 14))  # evicts 1: a removal since, so the next lookup probes again
+    assert cache.lookup(a, 3).num_blocks == 0
+    empty = only("G4", capacity=0)  # an enabled tier that can hold nothing
+    fill(empty, a)
+    assert empty.lookup(a, 3).num_blocks == 0
