@@ -18,7 +18,7 @@ def _wait_until_stamped(client: socket.socket, server: socket.socket) -> None:
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         server.send(b"w")
-        data, real = kstamp.read(client)
+        _data, real = kstamp.read(client)
         if real is not None:
             return
         time.sleep(0.01)
