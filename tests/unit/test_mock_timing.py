@@ -2,12 +2,12 @@
 
 import pytest
 
+from kvbench.mock.prediction import predict_closed_loop
 from kvbench.mock.profiles import load_profile
 from kvbench.mock.timing import (
     SharedResource,
     derive_params,
     fit_prefill,
-    predict_closed_loop,
     prefill_seconds,
     processor_sharing_finish_times,
 )
