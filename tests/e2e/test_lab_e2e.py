@@ -162,6 +162,8 @@ def _ttfts(run: Run, phase: str) -> list[float]:
     return [r["ttft_ms"] for r in run.rows(phase=phase)]
 
 
+# two TCP flows on one shaped link share it as TCP's congestion control decides, run by run
+@pytest.mark.timing
 def test_throughput_lab_noisy_neighbour_slows_g4(lab: LabState, run_dir: Path) -> None:
     run = Run(kvbench_run("throughput-lab", lab.engines[0].url, run_dir, "--noisy"))
     check_all_ok(run)
