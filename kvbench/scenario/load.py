@@ -6,11 +6,22 @@ pool and the load backend both read that, so no caller inspects the kind itself.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from kvbench.scenario.sections import Strict, flag
+
+
+def _workers_field() -> Any:
+    """`workers`, the same for every load kind that can be split over Ray load workers."""
+    return Field(
+        0,
+        ge=0,
+        le=1024,
+        description="0: this process sends the load; K >= 1: K Ray load workers (cluster.backend: ray) "
+        "share it, the concurrency (or in-flight cap) split between them.",
+    )
 
 
 class SequentialLoad(Strict):
@@ -55,13 +66,7 @@ class ConcurrentLoad(Strict):
         description="each_equally: every prompt used requests/count times, shuffled; random: seeded draws.",
     )
     seed: int = Field(0, description="Seed for the request order.")
-    workers: int = Field(
-        0,
-        ge=0,
-        le=1024,
-        description="0: this process sends the load; K >= 1: K Ray load workers (cluster.backend: ray) "
-        "share it, the concurrency (or in-flight cap) split between them.",
-    )
+    workers: int = _workers_field()
 
     @property
     def max_in_flight(self) -> int:
@@ -88,13 +93,7 @@ class RateLoad(Strict):
         ..., gt=0, le=10_000_000, description="Requests per phase.", json_schema_extra=flag("requests")
     )
     seed: int = Field(0, description="Seed for arrivals and request order.")
-    workers: int = Field(
-        0,
-        ge=0,
-        le=1024,
-        description="0: this process sends the load; K >= 1: K Ray load workers (cluster.backend: ray) "
-        "share it, the concurrency (or in-flight cap) split between them.",
-    )
+    workers: int = _workers_field()
 
     @property
     def max_in_flight(self) -> int:
