@@ -162,6 +162,7 @@ def run_kvbench(
     no_uvloop: bool,
     client_http: str = "raw",
     kernel_stamps: bool = True,
+    env_extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """`kvbench run` in a child process; its rows, manifest, CPU seconds and peak RSS."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +175,7 @@ def run_kvbench(
     log = out_dir.parent / "kvbench.log"
     env = {**os.environ, "KVBENCH_CLIENT_HTTP": client_http}
     env["KVBENCH_KERNEL_STAMPS"] = "1" if kernel_stamps else "0"
+    env.update(env_extra or {})
     ru = spawn(pinned(cmd, cores), log, env)  # this child's own rusage (CPU, peak RSS)
     rc = ru["rc"]
     wall = time.perf_counter() - t0

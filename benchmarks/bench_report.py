@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ray_bench import ray_table
+
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
 
 # the targets (#18); "today's" capacity and CPU are kvbench_user's in the same run
@@ -168,6 +170,7 @@ def markdown(res: dict[str, Any]) -> str:
         "for its TCP connect (the same for every tool), is left out except in the rows that say so. "
         "`kvbench, loop stamps` is kvbench with KVBENCH_KERNEL_STAMPS=0: the transport and stamps it "
         "had before kernel receive timestamps. Capacity and CPU targets are that column's figures.",
+        *ray_table(res),
         END,
         "",
     ]

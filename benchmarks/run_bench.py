@@ -19,6 +19,8 @@ Cases (each repeated --repeats times, tools interleaved, median reported):
   load        TTFT error at 1, 28, 64 and 256 connections, server TTFT drawn in 0-5 ms, 16 tokens
               1 ms apart: with kernel stamps the error must not grow with load; and at 256 with
               the tokens written at once (nothing for the kernel to merge into the first read)
+  ray         kvbench local and through two Ray load workers (a Ray head started once, on the
+              client's core), interleaved: the ttft case and the capacity case (benchmarks/ray_bench.py)
   kvbench only: cpu (2,000 requests), long prompts, floor, mock cross-check, prompt build, CLI start
 
 TTFT error = client TTFT (first token - sent) - server TTFT (first token written - received),
@@ -70,6 +72,7 @@ from bench_common import (
 )
 from bench_report import markdown, summary
 from peers import VLLMBench, run_aiohttp, vllm_python
+from ray_bench import RAY_SETS, RAY_TOOL, ray_head, ray_installed, ray_summary, worker_cpu_s
 
 RESULTS = HERE / "results"
 LOAD_LEVELS = {1: 100, 28: 600, 64: 1200, 256: 2000}  # connections: requests
@@ -85,6 +88,7 @@ class Bench:
         self.vllm: VLLMBench | None = None
         self.tools: list[str] = list(KVBENCH_TOOLS)
         self.base: dict[str, dict[str, float]] = {}
+        self.ray_env: dict[str, str] | None = None  # set while the bench's Ray head is up
 
     def _dir(self, name: str) -> Path:
         self.n += 1
@@ -101,8 +105,10 @@ class Bench:
         d = self._dir(f"{name}-{tool}")
         gt_path = d / "ground_truth.jsonl"
         with server("gt", self.server_cores, gt_path, **srv) as url:
-            if tool in KVBENCH_TOOLS:
+            if tool in (*KVBENCH_TOOLS, RAY_TOOL):
                 allsets = {"load.concurrency": conc, "load.requests": requests, **(sets or {})}
+                if tool == RAY_TOOL:
+                    allsets.update(RAY_SETS)
                 run = run_kvbench(
                     url,
                     d / "runs",
@@ -110,10 +116,12 @@ class Bench:
                     allsets,
                     self.args.no_uvloop,
                     self.args.client_http,
-                    kernel_stamps=tool == "kvbench",
+                    kernel_stamps=tool != "kvbench_user",
+                    env_extra=self.ray_env if tool == RAY_TOOL else None,
                 )
                 run["common"] = kvbench_rows(run)
                 run["clock_source"] = run["manifest"].get("clock_source", "user")
+                run["worker_cpu_s"] = worker_cpu_s(run["manifest"])
             elif tool == "aiohttp":
                 run = run_aiohttp(url, requests, conc, d, self.client_cores)
                 run["common"] = run.pop("rows")
@@ -124,9 +132,11 @@ class Bench:
         return run, read_jsonl(gt_path)
 
     def cpu_per_request(self, tool: str, run: dict[str, Any], n: int) -> float:
+        """ms of client CPU per request; through Ray: the driver's and its workers' (ray_bench.py)."""
         if tool == "vllm":
             return float(run["cpu_s"]) / max(n, 1) * 1e3
-        return (run["cpu_s"] - self.base[tool]["cpu_s"]) / max(n - 1, 1) * 1e3
+        driver = (run["cpu_s"] - self.base[tool]["cpu_s"]) / max(n - 1, 1) * 1e3
+        return driver + run.get("worker_cpu_s", 0.0) / max(n, 1) * 1e3
 
     def baselines(self) -> None:
         """Each child-process tool doing 1 request: start-up, imports, teardown (subtracted from CPU)."""
@@ -138,21 +148,46 @@ class Bench:
             self.base[tool] = {k: med([r[k] for r in runs]) for k in keys}
             log(f"baseline {tool} (1 request): cpu {self.base[tool]['cpu_s']:.3f} s")
 
-    def case(self, name: str, requests: int, conc: int, **srv: Any) -> dict[str, Any]:
+    def case(
+        self, name: str, requests: int, conc: int, tools: tuple[str, ...] = (), **srv: Any
+    ) -> dict[str, Any]:
         """Every tool, interleaved, --repeats times: TTFT error, capacity, CPU, RSS per tool (median)."""
-        reps: dict[str, list[dict[str, Any]]] = {t: [] for t in self.tools}
+        tools = tools or tuple(self.tools)
+        reps: dict[str, list[dict[str, Any]]] = {t: [] for t in tools}
         for _ in range(self.args.repeats):
-            for tool in self.tools:
+            for tool in tools:
                 run, gt = self.run_tool(tool, name, requests, conc, **srv)
                 res = ttft_errors(run["common"], gt, conc)
                 res["req_s"] = completed_rate(run["common"])
                 res["cpu_ms_per_request"] = self.cpu_per_request(tool, run, requests)
                 res["peak_rss_mb"] = run["maxrss_mb"]
                 res["clock_source"] = run.get("clock_source", "user")
+                if tool == RAY_TOOL:
+                    workers = run["worker_cpu_s"] / max(requests, 1) * 1e3
+                    res["worker_cpu_ms_per_request"] = workers
+                    res["driver_cpu_ms_per_request"] = res["cpu_ms_per_request"] - workers
                 reps[tool].append(res)
         out = {t: {"median": median_dict(r), "runs": r} for t, r in reps.items()}
-        for t in self.tools:
+        for t in tools:
             log(f"{name} {t}: {_brief(out[t]['median'])}")
+        return out
+
+    def ray_cases(self, capacity_requests: int) -> dict[str, Any]:
+        """kvbench local and through two Ray load workers, interleaved, under one Ray head (#15)."""
+        out: dict[str, Any] = {}
+        with ray_head(self.client_cores) as env:
+            self.ray_env = env
+            try:
+                runs = [self.run_tool(RAY_TOOL, "baseline", 1, 1)[0] for _ in range(self.args.repeats)]
+                self.base[RAY_TOOL] = {k: med([r[k] for r in runs]) for k in ("cpu_s", "user_s", "sys_s")}
+                log(f"baseline {RAY_TOOL} (1 request): driver cpu {self.base[RAY_TOOL]['cpu_s']:.3f} s")
+                pair = ("kvbench", RAY_TOOL)
+                out["ray_ttft"] = self.case("ray-ttft", 200, 28, pair, ttft_ms=50.0, decode_ms=1.0)
+                out["ray_capacity"] = self.case(
+                    "ray-capacity", capacity_requests, 64, pair, ttft_ms=0.0, decode_ms=0.0
+                )
+            finally:
+                self.ray_env = None
         return out
 
     # -- kvbench only (the measurements the bench had before peers) ------------------------------------
@@ -264,7 +299,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--cpu-requests", type=int, default=2000)
     ap.add_argument("--build-prompts", type=int, default=100)
     ap.add_argument(
-        "--only", default="", help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,build,cli"
+        "--only", default="", help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,build,cli,ray"
     )
     ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
@@ -274,7 +309,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli"}
+    every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli", "ray"}
     only = set(filter(None, args.only.split(","))) or every
     spawn([sys.executable, "-c", "pass"], Path(os.devnull), dict(os.environ))  # start it while small
     b = Bench(args)
@@ -353,6 +388,12 @@ def main() -> int:
             res["prompt_build"] = b.prompt_build()
         if "cli" in only:
             res["cli_help"] = b.cli_help()
+        if "ray" in only:
+            if ray_installed():
+                res.update(b.ray_cases(args.capacity_requests))
+                res["ray_summary"] = ray_summary(res)
+            else:
+                log("Ray rows skipped: Ray is not installed (pip install 'kvbench[ray]')")
     finally:
         if b.vllm is not None:
             b.vllm.close()

@@ -140,10 +140,23 @@ def connect(
         with contextlib.suppress(Exception):
             ray.shutdown()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cluster.address: cannot connect to Ray at {target}: {first}") from exc
+        raise UsageError(
+            f"cluster.address: cannot connect to Ray at {target}: {first}{_auth_hint(target)}"
+        ) from exc
     _SESSION = _describe(ray, address, mode, shipped=ship_code and mode != "started", owned=True)
     _SESSION.limits = limits or ClusterLimits()
     return _SESSION
+
+
+def _auth_hint(target: str) -> str:
+    """Why a reachable cluster may refuse: `ray start` turns on token authentication when a token
+    exists, and Ray sends one to a cluster named by address (or RAY_ADDRESS) only when asked to."""
+    if os.environ.get("RAY_AUTH_MODE") or target == AUTO:
+        return ""
+    return (
+        " (if the cluster uses Ray's token authentication, set RAY_AUTH_MODE=token here; the token "
+        "is read from RAY_AUTH_TOKEN or ~/.ray/auth_token, as printed by `ray get-auth-token`)"
+    )
 
 
 def _auto(ray: Any, runtime_env: dict[str, Any] | None, quiet: dict[str, Any], num_cpus: int | None) -> str:

@@ -15,7 +15,7 @@ across phases (the ray workers) and is closed at the end of the run.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kvbench.load.schedule import Issue, WorkItem, run_closed_loop, run_open_loop
 from kvbench.scenario import Load
@@ -27,6 +27,21 @@ class LoadBackend(Protocol):
     name: str
 
     async def run(self, load: Load, items: list[WorkItem], issue: Issue) -> None: ...
+
+
+@runtime_checkable
+class RemoteLoadBackend(Protocol):
+    """A backend that sends elsewhere: `run` takes a RemotePhase; `ready` brings its workers up
+    before the phase's clock starts; `phases` holds what each phase's manifest entry records,
+    including the span the workers sent in (started_ns / ended_ns on the driver's timeline)."""
+
+    name: str
+    remote: bool
+    phases: list[dict[str, Any]]
+
+    async def ready(self, phase: Any, origin_ns: int) -> None: ...
+
+    async def run(self, load: Load, items: list[WorkItem], issue: Any) -> None: ...
 
 
 class LocalBackend:

@@ -102,6 +102,7 @@ class _Worker:
     done: bool = False
     last_answer: float = 0.0
     lost_rows: int = 0  # in-flight requests turned into worker_lost rows
+    cpu_s: float | None = None  # CPU seconds its process spent on this phase (as of its last poll)
 
     def extra(self) -> dict[str, Any]:
         return {
@@ -127,6 +128,7 @@ class RayLoadBackend:
         self.session: Any = None
         self.phases: list[dict[str, Any]] = []  # what each phase's manifest entry records
         self._spec: dict[str, Any] | None = None  # the client spec the workers were opened with
+        self._last_end_ns: int | None = None  # this phase's latest row end (driver timeline)
 
     # --- workers ----------------------------------------------------------------------------------
 
@@ -207,20 +209,25 @@ class RayLoadBackend:
         """The LoadBackend entry point: `issue` is the phase (a RemotePhase)."""
         await self.run_items(items, int(load.max_in_flight), bool(load.paced), issue, issue.origin_ns)
 
+    async def ready(self, phase: RemotePhase, origin_ns: int) -> None:
+        """Workers up and their clients built for this phase's target: called before the phase's
+        clock starts, so neither actor start-up nor a rebuilt client counts as phase time."""
+        await self._ensure_workers(phase, origin_ns)
+        await self._follow_client(phase, origin_ns)
+
     async def run_items(
         self, items: Sequence[Any], concurrency: int, paced: bool, phase: RemotePhase, origin_ns: int
     ) -> None:
-        await self._ensure_workers(phase, origin_ns)
-        await self._follow_client(phase, origin_ns)
+        await self.ready(phase, origin_ns)
         ready = [w for w in self.workers if w.state == "ready"]
         shares = split_shares(len(items), concurrency, len(ready))
         for w in self.workers:
-            w.specs, w.started, w.finished, w.lost_rows = {}, set(), set(), 0
+            w.specs, w.started, w.finished, w.lost_rows, w.cpu_s = {}, set(), set(), 0, None
+        self._last_end_ns = None
         record: dict[str, Any] = {"backend": "ray", "workers": [], "requests": len(items)}
         self.phases.append(record)
         bodies: dict[bytes, int] = {}
         starts = []
-        start_driver = time.perf_counter_ns() + START_LEAD_NS
         for w, (idx, conc) in zip(ready, shares, strict=False):
             prepared = [phase.prepare(items[i]) for i in idx]
             w.specs = {p.request_id: p for p in prepared}
@@ -236,8 +243,12 @@ class RayLoadBackend:
                 for p in prepared
             ]
             starts.append((w, share))
-        body_list = list(bodies)
+        body_list = self.ray.put(list(bodies))  # shipped once, not once per worker
         active = [w for w, _ in starts]
+        # the phase's span on the driver's timeline: from the common start (not the hand-out before
+        # it) to the last row's end (not the poll that brought it)
+        start_driver = time.perf_counter_ns() + START_LEAD_NS  # after the (slow) body preparation
+        record["started_ns"] = start_driver - origin_ns
         try:
             refs = [
                 w.actor.start.remote(
@@ -258,6 +269,7 @@ class RayLoadBackend:
             await self._cancel(active, phase)
             raise
         finally:
+            record["ended_ns"] = self._last_end_ns
             record["workers"] = [self._worker_record(w) for w in self.workers]
 
     async def _stream(self, active: list[_Worker], phase: RemotePhase) -> None:
@@ -285,7 +297,11 @@ class RayLoadBackend:
         extra = w.extra()
         for row in res["rows"]:
             w.finished.add(row["request_id"])
+            if row.get("end_ns") is not None:
+                self._last_end_ns = max(self._last_end_ns or 0, int(row["end_ns"]))
             phase.record(RequestRecord(**row), extra)
+        if res.get("cpu_s") is not None:
+            w.cpu_s = float(res["cpu_s"])
         w.peak_in_flight = max(w.peak_in_flight, int(res.get("peak_in_flight") or 0))
         if res.get("error"):
             w.error = str(res["error"])
@@ -332,6 +348,7 @@ class RayLoadBackend:
             "lost_in_flight": w.lost_rows,
             "not_issued": assigned - len(w.started) if w.state == "lost" else 0,
             "error": w.error,
+            "cpu_s": w.cpu_s,
             **(w.clock.record() if w.clock is not None else {}),
         }
 

@@ -45,6 +45,7 @@ class LoadWorker:
         self.in_flight = 0
         self.peak_in_flight = 0
         self.error: str | None = None
+        self.cpu0 = 0.0  # this process's CPU seconds when the phase started (what sending it costs)
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -90,6 +91,7 @@ class LoadWorker:
             raise RuntimeError(f"{self.name} is still running a phase")
         self.peak_in_flight = 0
         self.error = None
+        self.cpu0 = time.process_time()
         self.task = asyncio.create_task(self._run(share, bodies, concurrency, paced, start_ns, retries))
         return len(share)
 
@@ -168,6 +170,7 @@ class LoadWorker:
             "in_flight": self.in_flight,
             "peak_in_flight": self.peak_in_flight,
             "error": self.error,
+            "cpu_s": time.process_time() - self.cpu0,  # the whole process: Ray's threads too
         }
 
     async def cancel(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvbench.client.control import ControlClient
 from kvbench.errors import KvbenchError, TargetUnreachable
+from kvbench.load.backends import RemoteLoadBackend
 from kvbench.load.prompts import Prompt
 from kvbench.load.schedule import WorkItem, work_items
 from kvbench.results import NOISE
@@ -125,7 +126,8 @@ async def run_phase(
         )
 
     work: Any = issue
-    if getattr(run.load_backend, "remote", False):  # the requests are sent elsewhere (Ray workers)
+    backend = run.load_backend
+    if isinstance(backend, RemoteLoadBackend):  # the requests are sent elsewhere (Ray workers)
         from kvbench.run.remote import RunPhase
 
         work = RunPhase(
@@ -137,6 +139,8 @@ async def run_phase(
             prompts=prompts,
             texts=texts,
         )
+        # workers up before the noise (whose placement then avoids their nodes) and the phase clock
+        await backend.ready(work, run.origin_ns)
     async with noise_for(run, plan) as noise:
         started = run.client.now()  # after the noise is up: its start-up is not phase time
         async with run.scraper.during(plan.name, scn.telemetry.interval_s):
@@ -148,7 +152,10 @@ async def run_phase(
     noise_summary = noise.summary() if noise is not None else None  # final totals, after it stopped
     after = await run.scraper.scrape(plan.name)
     run.end_metrics(plan.name, before, after)
-    remote = getattr(run.load_backend, "phases", None)
+    remote = backend.phases if isinstance(backend, RemoteLoadBackend) else None
+    if remote:  # the span the workers sent in: from their common start to the last row's end
+        started = remote[-1].get("started_ns") or started
+        ended = remote[-1].get("ended_ns") or ended
     extra: dict[str, Any] = {"pair": plan.pair} if plan.pair is not None else {}
     entry = phase_entry(
         run,

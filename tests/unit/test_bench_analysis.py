@@ -67,3 +67,27 @@ def test_failed_and_unmatched_rows_are_not_scored():
     res = ttft_errors(rows, gt, concurrency=1)
     assert (res["failed"], res["unmatched"]) == (1, 1)
     assert completed_rate(rows[:2]) == pytest.approx(2 / 0.051)
+
+
+def _case(local_err: tuple[float, float], ray_err: tuple[float, float], driver_ms: float) -> dict:
+    def m(err: tuple[float, float], **extra: float) -> dict:
+        return {"median": {"error_mean_ms": err[0], "error_p99_ms": err[1], **extra}}
+
+    return {"kvbench": m(local_err), "kvbench_ray": m(ray_err, driver_cpu_ms_per_request=driver_ms)}
+
+
+def test_ray_rows_score_the_error_against_the_local_path_and_the_drivers_ceiling():
+    from ray_bench import ray_summary, worker_cpu_s
+
+    res = {"ray_ttft": _case((0.02, 0.3), (0.05, 1.2), 0.2)}
+    res["ray_capacity"] = _case((0.1, 0.2), (0.3, 3.0), 0.4)
+    s = ray_summary(res)
+    assert s["ray_ttft"]["error_p99_diff_ms"] == pytest.approx(0.9) and s["met_error"] is True
+    assert s["ray_capacity"]["driver_rows_per_s_ceiling"] == pytest.approx(2500) and s["met_driver"] is True
+    res["ray_ttft"] = _case((0.02, 0.3), (0.05, 1.4), 0.2)  # p99 1.1 ms worse: not within 1 ms
+    res["ray_capacity"] = _case((0.1, 0.2), (0.3, 3.0), 0.6)  # 1,667 rows/s: short of 2,000
+    s = ray_summary(res)
+    assert s["met_error"] is False and s["met_driver"] is False
+    two = {"load_backend": {"workers": [{"cpu_s": 0.25}, {"cpu_s": 0.5}]}}
+    manifest = {"phases": [two, {"load_backend": None}, {"load_backend": {"workers": [{"cpu_s": None}]}}]}
+    assert worker_cpu_s(manifest) == pytest.approx(0.75)

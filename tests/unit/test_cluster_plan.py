@@ -166,3 +166,43 @@ def test_cluster_flag_and_section_are_checked(tmp_path) -> None:
     )
     assert (scn.cluster.address, scn.noise.clients, scn.load.workers) == ("ray://head:10001", 4, 2)
     assert parse_cluster_flag("ray://h:1") == {"cluster.backend": "ray", "cluster.address": "ray://h:1"}
+
+
+class _RefusingRay:
+    """A `ray` whose cluster refuses the connection, as a token-protected one does without a token."""
+
+    __version__ = "test"
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return False
+
+    @staticmethod
+    def init(*args, **kwargs) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.9:6379")
+
+    @staticmethod
+    def shutdown() -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("address", "auth_mode", "hint"),
+    [("10.0.0.9:6379", None, True), ("10.0.0.9:6379", "token", False), ("ray://10.0.0.9:10001", None, True)],
+)
+def test_a_refused_connection_names_rays_token_auth_when_it_was_not_asked_for(
+    monkeypatch, address: str, auth_mode: str | None, hint: bool
+) -> None:
+    from kvbench.cluster import session
+
+    monkeypatch.setitem(sys.modules, "ray", _RefusingRay)
+    monkeypatch.setattr(session, "_SESSION", None)
+    if auth_mode is None:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_MODE", auth_mode)
+    with pytest.raises(UsageError) as exc:
+        session.connect(address, ship_code=False)
+    msg = exc.value.message
+    assert msg.startswith(f"cluster.address: cannot connect to Ray at {address}: Failed to connect")
+    assert ("RAY_AUTH_MODE=token" in msg) is hint and "\n" not in msg
