@@ -43,7 +43,7 @@ from kvbench.cluster.placement import (
 )
 from kvbench.errors import UsageError
 
-POLL_INTERVAL_S = 0.02
+POLL_INTERVAL_S = 0.05
 POLL_TIMEOUT_S = 5.0
 SILENT_LOST_S = 30.0  # a worker that has not answered a poll for this long is taken as lost
 START_LEAD_NS = 100_000_000  # the common start: this far after the driver hands out the shares

@@ -63,6 +63,7 @@ class LoadWorker:
     async def open(self, client_spec: dict[str, Any], origin_ns: int) -> None:
         """Build the timed client (the driver's config, headers and transport) on this node."""
         from kvbench.client import ClientConfig, StreamingClient, make_session
+        from kvbench.client.heap import freeze_heap
 
         self.origin_ns = origin_ns
         if self.client is not None:  # the target moved: the old client's connections go
@@ -75,6 +76,7 @@ class LoadWorker:
             )
         cfg = ClientConfig(**client_spec["config"])
         self.client = StreamingClient(cfg, self.session, origin_ns, client_spec.get("headers") or None)
+        freeze_heap()  # Ray's own heap out of the collector's walk (kvbench.client.heap)
 
     async def start(
         self,

@@ -28,6 +28,7 @@ from typing import Any
 from kvbench import __version__
 from kvbench.client import ClientConfig, StreamingClient, make_session
 from kvbench.client.control import ControlClient
+from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso
@@ -291,6 +292,7 @@ async def run_plan(run: Run) -> None:
         )
         prompts = await make_prompt_set(run)
         run.rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
+        freeze_heap()  # no full GC pass over the start-up heap in the middle of a phase
         await type_of_test(scn).plan(run, prompts)
         status = "complete"
     except asyncio.CancelledError:
