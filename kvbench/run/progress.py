@@ -65,6 +65,12 @@ class Progress:
         self._rich.start()
         self._task = self._rich.add_task(phase, total=total, stats="")
 
+    def sending(self) -> None:
+        """The phase's requests start now (its noise is up, its workers ready): req/s counts from here."""
+        self._t0 = self._last_log = time.monotonic()
+        if self._rich is not None:
+            self._rich.reset(self._task, total=self.total, stats="")
+
     def request_started(self) -> None:
         self.in_flight += 1
 
