@@ -103,6 +103,7 @@ class _Worker:
     last_answer: float = 0.0
     lost_rows: int = 0  # in-flight requests turned into worker_lost rows
     cpu_s: float | None = None  # CPU seconds its process spent on this phase (as of its last poll)
+    clock_info: dict[str, Any] | None = None  # its client's clock source and kernel-stamp calibration
 
     def extra(self) -> dict[str, Any]:
         return {
@@ -302,6 +303,8 @@ class RayLoadBackend:
             phase.record(RequestRecord(**row), extra)
         if res.get("cpu_s") is not None:
             w.cpu_s = float(res["cpu_s"])
+        if res.get("clock") is not None:
+            w.clock_info = dict(res["clock"])
         w.peak_in_flight = max(w.peak_in_flight, int(res.get("peak_in_flight") or 0))
         if res.get("error"):
             w.error = str(res["error"])
@@ -349,6 +352,8 @@ class RayLoadBackend:
             "not_issued": assigned - len(w.started) if w.state == "lost" else 0,
             "error": w.error,
             "cpu_s": w.cpu_s,
+            "clock_source": (w.clock_info or {}).get("clock_source"),
+            "client_clock": w.clock_info,  # the shape of manifest.clock, for this worker
             **(w.clock.record() if w.clock is not None else {}),
         }
 

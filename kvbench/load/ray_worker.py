@@ -165,7 +165,11 @@ class LoadWorker:
         rows, self.rows = self.rows, []
         started, self.started = self.started, []
         done = self.task is None or self.task.done()
+        out: dict[str, Any] = {}
+        if done and self.client is not None:  # where this worker's stamps came from (kernel | user)
+            out["clock"] = self.client.clock_manifest()["clock"]
         return {
+            **out,
             "rows": rows,
             "started": started,
             "done": done,

@@ -232,6 +232,9 @@ def test_kvbench_run_with_two_load_workers_agrees_with_the_mock(cluster, tmp_pat
     span_s = (max(r["end_ns"] for r in cached) - min(r["sent_ns"] for r in cached)) / 1e9
     assert span_s - slack / 1e9 <= phase["duration_s"] <= span_s + 0.25, (span_s, phase["duration_s"])
     assert all(w["cpu_s"] > 0 for w in phase["load_backend"]["workers"])  # what sending cost there
+    # each worker says where its stamps came from, as manifest.clock does for the driver
+    for w in phase["load_backend"]["workers"]:
+        assert w["clock_source"] == w["client_clock"]["clock_source"] == cached[0]["clock_source"]
     assert manifest["cluster"]["load"]["workers_lost"] == [] and alive_actors("LoadWorker") == []
     assert manifest["cluster"]["session"]["mode"] == "client"
 
