@@ -20,7 +20,8 @@ Cases (each repeated --repeats times, tools interleaved, median reported):
               1 ms apart: with kernel stamps the error must not grow with load; and at 256 with
               the tokens written at once (nothing for the kernel to merge into the first read)
   ray         kvbench local and through two Ray load workers (a Ray head started once, on the
-              client's core), interleaved: the ttft case and the capacity case (benchmarks/ray_bench.py)
+              client's core), interleaved: the ttft case (600 requests; also through one worker),
+              the same with tokens 10 ms apart, and the capacity case (benchmarks/ray_bench.py)
   kvbench only: cpu (2,000 requests), long prompts, floor, mock cross-check, prompt build, CLI start
 
 TTFT error = client TTFT (first token - sent) - server TTFT (first token written - received),
@@ -72,7 +73,16 @@ from bench_common import (
 )
 from bench_report import markdown, summary
 from peers import VLLMBench, run_aiohttp, vllm_python
-from ray_bench import RAY_SETS, RAY_TOOL, ray_head, ray_installed, ray_summary, worker_cpu_s
+from ray_bench import (
+    RAY_ONE,
+    RAY_TOOL,
+    RAY_WORKERS,
+    ray_head,
+    ray_installed,
+    ray_sets,
+    ray_summary,
+    worker_cpu_s,
+)
 
 RESULTS = HERE / "results"
 LOAD_LEVELS = {1: 100, 28: 600, 64: 1200, 256: 2000}  # connections: requests
@@ -105,10 +115,10 @@ class Bench:
         d = self._dir(f"{name}-{tool}")
         gt_path = d / "ground_truth.jsonl"
         with server("gt", self.server_cores, gt_path, **srv) as url:
-            if tool in (*KVBENCH_TOOLS, RAY_TOOL):
+            if tool in (*KVBENCH_TOOLS, *RAY_WORKERS):
                 allsets = {"load.concurrency": conc, "load.requests": requests, **(sets or {})}
-                if tool == RAY_TOOL:
-                    allsets.update(RAY_SETS)
+                if tool in RAY_WORKERS:
+                    allsets.update(ray_sets(tool))
                 run = run_kvbench(
                     url,
                     d / "runs",
@@ -117,7 +127,7 @@ class Bench:
                     self.args.no_uvloop,
                     self.args.client_http,
                     kernel_stamps=tool != "kvbench_user",
-                    env_extra=self.ray_env if tool == RAY_TOOL else None,
+                    env_extra=self.ray_env if tool in RAY_WORKERS else None,
                 )
                 run["common"] = kvbench_rows(run)
                 run["clock_source"] = run["manifest"].get("clock_source", "user")
@@ -162,7 +172,7 @@ class Bench:
                 res["cpu_ms_per_request"] = self.cpu_per_request(tool, run, requests)
                 res["peak_rss_mb"] = run["maxrss_mb"]
                 res["clock_source"] = run.get("clock_source", "user")
-                if tool == RAY_TOOL:
+                if tool in RAY_WORKERS:
                     workers = run["worker_cpu_s"] / max(requests, 1) * 1e3
                     res["worker_cpu_ms_per_request"] = workers
                     res["driver_cpu_ms_per_request"] = res["cpu_ms_per_request"] - workers
@@ -178,13 +188,15 @@ class Bench:
         with ray_head(self.client_cores) as env:
             self.ray_env = env
             try:
-                runs = [self.run_tool(RAY_TOOL, "baseline", 1, 1)[0] for _ in range(self.args.repeats)]
-                self.base[RAY_TOOL] = {k: med([r[k] for r in runs]) for k in ("cpu_s", "user_s", "sys_s")}
-                log(f"baseline {RAY_TOOL} (1 request): driver cpu {self.base[RAY_TOOL]['cpu_s']:.3f} s")
+                for tool in RAY_WORKERS:
+                    runs = [self.run_tool(tool, "baseline", 1, 1)[0] for _ in range(self.args.repeats)]
+                    self.base[tool] = {k: med([r[k] for r in runs]) for k in ("cpu_s", "user_s", "sys_s")}
+                    log(f"baseline {tool} (1 request): driver cpu {self.base[tool]['cpu_s']:.3f} s")
                 pair = ("kvbench", RAY_TOOL)
                 # a p99 over 572 requests, median of at least 5 pairs: the difference is what is scored
                 reps = max(self.args.repeats, 5)
-                out["ray_ttft"] = self.case("ray-ttft", 600, 28, pair, reps, ttft_ms=50.0, decode_ms=1.0)
+                three = (*pair, RAY_ONE)
+                out["ray_ttft"] = self.case("ray-ttft", 600, 28, three, reps, ttft_ms=50.0, decode_ms=1.0)
                 # tokens 10 ms apart (a real engine's pace): a worker's late read no longer takes the
                 # next token's stamp (kernel merge), so what is left is what the Ray path itself adds
                 out["ray_itl10"] = self.case("ray-itl10", 600, 28, pair, reps, ttft_ms=50.0, decode_ms=10.0)
