@@ -156,10 +156,10 @@ def ray_table(res: dict[str, Any]) -> list[str]:
              f"{ray['cpu_ms_per_request']:.3f} ({ray['driver_cpu_ms_per_request']:.3f} + "
              f"{ray['worker_cpu_ms_per_request']:.3f})", "", ""),
         ]  # fmt: skip
-        lines += ["| " + " | ".join(c) + " |" for c in (cells[:1] if case == "ray_itl10" else cells)]
         if case == "ray_ttft" and RAY_ONE in res[case]:
             one = res[case][RAY_ONE]["median"]
-            lines.append(f"| … the same through ONE Ray load worker | {_pair(local)} | {_pair(one)} |  |  |")
+            cells.insert(1, ("… the same through ONE Ray load worker", _pair(local), _pair(one), "", ""))
+        lines += ["| " + " | ".join(c) + " |" for c in (cells[:1] if case == "ray_itl10" else cells)]
         if case == "ray_capacity":
             ceiling = s[case]["driver_rows_per_s_ceiling"]
             lines.append(
