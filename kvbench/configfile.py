@@ -1,11 +1,11 @@
 """ONE way to read the files and flags a user hands kvbench: bounded YAML, `--set`, error lines.
 
-Every input file (scenarios today; mock profiles and claims files next) goes through the
-same three steps, so the same input gets the same treatment everywhere:
+Every input file (scenarios, claims files) goes through the same three steps, so the same
+input gets the same treatment everywhere:
 
-- `read_yaml`: a size cap and an alias-bomb guard (yaml.safe_load shares aliased
-  objects, but anything that walks the result expands them), UTF-8 only, a mapping at
-  the top, and a syntax error as `line L, column C: problem`.
+- `read_yaml`: a size cap, an alias-bomb guard (yaml.safe_load shares aliased
+  objects, but anything that walks the result expands them) and a depth guard, UTF-8
+  only, a mapping at the top, and a syntax error as `line L, column C: problem`.
 - `parse_set` + `apply_overrides`: `--set KEY=VALUE` with VALUE read as the TYPE OF THE
   FIELD it sets. YAML alone reads `off`, `no`, `yes`, `on` as booleans, so
   `--set telemetry.metrics=off` used to fail against `Literal["auto", "off"]`; here the
@@ -44,8 +44,11 @@ def read_yaml(
     max_bytes: int = MAX_FILE_BYTES,
     what: str = "files",
     error: type[ConfigFileError] = ConfigFileError,
+    loader: type[yaml.SafeLoader] = yaml.SafeLoader,
 ) -> dict[str, Any]:
-    """A YAML mapping from bytes or a file, bounded in size and in alias expansion."""
+    """A YAML mapping from bytes or a file, bounded in size, alias expansion and depth.
+    `loader`: a SafeLoader subclass with the caller's own constructors (claims keep how each number
+    was written)."""
     if isinstance(raw, Path):
         source = source or str(raw)
         try:
@@ -59,12 +62,14 @@ def read_yaml(
     except UnicodeDecodeError as exc:
         raise error([f"not UTF-8 text (byte {exc.start})"], source) from None
     try:
-        data = safe_load_bounded(text)
+        data = safe_load_bounded(text, loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise error([f"YAML syntax error: {where}{problem}"], source) from None
+    except RecursionError:  # PyYAML composes (and the alias guard walks) recursively
+        raise error(["nested too deeply (thousands of levels of [ or {)"], source) from None
     if data is None:
         raise error(["the file is empty"], source)
     if not isinstance(data, dict):
@@ -87,9 +92,9 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return size
 
 
-def safe_load_bounded(text: str) -> Any:
+def safe_load_bounded(text: str, loader_class: type[yaml.SafeLoader] = yaml.SafeLoader) -> Any:
     """yaml.safe_load, refusing documents that expand past MAX_EXPANDED_NODES through aliases."""
-    loader = yaml.SafeLoader(text)
+    loader = loader_class(text)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -24,11 +24,10 @@ from kvbench.audit.bounds import BOUND_KINDS
 from kvbench.audit.checks import check_file
 from kvbench.audit.expr import FUNCTIONS, ExprError, expr_dims, expr_names, parse_expr
 from kvbench.audit.quantities import written_decimals
+from kvbench.configfile import read_yaml as read_bounded_yaml
 from kvbench.errors import UsageError
 
 SCHEMA = "kvbench-claims/1"
-MAX_BYTES = 1_000_000
-MAX_EXPANDED_NODES = 100_000
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CLAIM_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 FROM_MODEL = (
@@ -318,47 +317,11 @@ _Loader.add_constructor("tag:yaml.org,2002:float", _float)
 _Loader.add_constructor("tag:yaml.org,2002:int", _int)
 
 
-def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
-    """Nodes once aliases are expanded (an alias bomb is refused before it is built)."""
-    if id(node) in memo:
-        return memo[id(node)]
-    memo[id(node)] = 1
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded(c, memo) for c in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        size += sum(_expanded(k, memo) + _expanded(v, memo) for k, v in node.value)
-    memo[id(node)] = size = min(size, MAX_EXPANDED_NODES + 1)
-    return size
-
-
-def read_yaml(p: Path) -> Any:
-    """Bounded, alias-guarded YAML read; every failure is one UsageError line."""
-    try:
-        raw = p.read_bytes()
-    except IsADirectoryError:
-        raise UsageError(f"{p}: is a directory, not a claims file") from None
-    except OSError as exc:
-        raise UsageError(f"{p}: cannot read: {exc.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise UsageError(f"{p.name}: {len(raw):,} bytes; claims files are limited to {MAX_BYTES:,}")
-    try:
-        loader = _Loader(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{p.name}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        node = loader.get_single_node()
-        if node is not None and _expanded(node, {}) > MAX_EXPANDED_NODES:
-            raise UsageError(f"{p.name}: expands to more than {MAX_EXPANDED_NODES:,} nodes (YAML aliases)")
-        return None if node is None else loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "?"
-        raise UsageError(f"{p.name}: {where}: not valid YAML") from None
-    except RecursionError:
-        raise UsageError(f"{p.name}: nested too deeply") from None
-    finally:
-        loader.dispose()
+def read_yaml(p: Path) -> dict[str, Any]:
+    """A claims file through the one bounded reader (kvbench.configfile), numbers as written."""
+    if p.is_dir():
+        raise UsageError(f"{p}: is a directory, not a claims file")
+    return read_bounded_yaml(p, p.name, what="claims files", loader=_Loader)
 
 
 def load_claims(path: Path | str | None = None) -> ClaimsFile:
@@ -375,8 +338,6 @@ def load_claims(path: Path | str | None = None) -> ClaimsFile:
             else:
                 raise UsageError(f"{path}: no such claims file")
     data = read_yaml(p)
-    if data is None:
-        raise UsageError(f"{p.name}: the file is empty")
     return parse_claims(data, source=p.name, base_dir=p.resolve().parent)
 
 

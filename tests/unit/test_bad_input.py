@@ -21,6 +21,7 @@ EXPECTED = {
     "alias_bomb.yaml": "expands to more than",
     "top_level_list.yaml": "top level must be a mapping",
     "empty.yaml": "the file is empty",
+    "deep_nesting.yaml": "nested too deeply",
     "unknown_load_kind.yaml": "load: Input tag 'burst'",
     "ttft_with_concurrent_load.yaml": "one request at a time",
     "bad_base_url.yaml": "target.base_url: must start with http",
