@@ -17,3 +17,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("timing") is not None:
             item.add_marker(pytest.mark.flaky(reruns=2, reruns_delay=1))
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """`kvbench ARGS...` in this process: (exit code, stdout, stderr), as the bad-input corpora check."""
+
+    def run(*args: str) -> tuple[object, str, str]:
+        from kvbench.cli import main
+
+        monkeypatch.setattr(sys, "argv", ["kvbench", *args])
+        with pytest.raises(SystemExit) as exc:
+            main()
+        out = capsys.readouterr()
+        return exc.value.code, out.out, out.err
+
+    return run

@@ -165,11 +165,7 @@ class LoadWorker:
         rows, self.rows = self.rows, []
         started, self.started = self.started, []
         done = self.task is None or self.task.done()
-        out: dict[str, Any] = {}
-        if done and self.client is not None:  # where this worker's stamps came from (kernel | user)
-            out["clock"] = self.client.clock_manifest()["clock"]
-        return {
-            **out,
+        out = {
             "rows": rows,
             "started": started,
             "done": done,
@@ -178,6 +174,9 @@ class LoadWorker:
             "error": self.error,
             "cpu_s": time.process_time() - self.cpu0,  # the whole process: Ray's threads too
         }
+        if done and self.client is not None:  # where this worker's stamps came from (kernel | user)
+            out["clock"] = self.client.clock_manifest()["clock"]
+        return out
 
     async def cancel(self) -> dict[str, Any]:
         """An interrupted run: cancel every request (each becomes a `cancelled` row), then poll."""

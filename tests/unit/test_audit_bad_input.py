@@ -4,12 +4,9 @@ Each file in tests/data/claims/bad/ is listed here with the words its message mu
 completeness test keeps the two in step (like tests/unit/test_bad_input.py for scenarios).
 """
 
-import sys
 from pathlib import Path
 
 import pytest
-
-from kvbench.cli import main
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "claims" / "bad"
 
@@ -48,21 +45,13 @@ EXPECTED = {
 }
 
 
-def run_cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["kvbench", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
 def test_every_bad_claims_file_is_covered():
     assert {p.name for p in BAD.glob("*.yaml")} == set(EXPECTED)
 
 
 @pytest.mark.parametrize(("name", "expected"), sorted(EXPECTED.items()))
-def test_bad_claims_file(monkeypatch, capsys, name, expected):
-    code, _, err = run_cli(monkeypatch, capsys, "audit", str(BAD / name))
+def test_bad_claims_file(run_cli, name, expected):
+    code, _, err = run_cli("audit", str(BAD / name))
     assert code == 2, err
     assert "Traceback" not in err and "internal error" not in err
     lines = err.strip().splitlines()
@@ -71,19 +60,19 @@ def test_bad_claims_file(monkeypatch, capsys, name, expected):
     assert expected in lines[0], lines
 
 
-def test_directory_and_missing_path(monkeypatch, capsys, tmp_path):
-    code, _, err = run_cli(monkeypatch, capsys, "audit", str(tmp_path))
+def test_directory_and_missing_path(run_cli, tmp_path):
+    code, _, err = run_cli("audit", str(tmp_path))
     assert code == 2 and "is a directory" in err and "internal error" not in err
-    code, _, err = run_cli(monkeypatch, capsys, "audit", str(tmp_path / "nope.yaml"))
+    code, _, err = run_cli("audit", str(tmp_path / "nope.yaml"))
     assert code == 2 and "no such claims file" in err
 
 
-def test_alias_bomb_is_refused(monkeypatch, capsys, tmp_path):
+def test_alias_bomb_is_refused(run_cli, tmp_path):
     bomb = tmp_path / "bomb.yaml"
     rows = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 8):
         prev = chr(ord("a") + i - 1)
         rows.append(f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [" + ", ".join([f"*{prev}"] * 10) + "]")
     bomb.write_text("\n".join(rows) + "\n")
-    code, _, err = run_cli(monkeypatch, capsys, "audit", str(bomb))
+    code, _, err = run_cli("audit", str(bomb))
     assert code == 2 and "expands to more than" in err

@@ -47,22 +47,14 @@ EXPECTED = {
 }
 
 
-def run_cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["kvbench", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
 def test_every_bad_file_is_covered():
     assert {p.name for p in BAD.glob("*.yaml")} == set(EXPECTED)
     assert len(EXPECTED) >= 20
 
 
 @pytest.mark.parametrize(("name", "expected"), sorted(EXPECTED.items()))
-def test_bad_scenario(monkeypatch, capsys, name, expected):
-    code, _, err = run_cli(monkeypatch, capsys, "validate", str(BAD / name))
+def test_bad_scenario(run_cli, name, expected):
+    code, _, err = run_cli("validate", str(BAD / name))
     assert code == 2
     assert "Traceback" not in err
     lines = err.strip().splitlines()
@@ -71,18 +63,18 @@ def test_bad_scenario(monkeypatch, capsys, name, expected):
     assert any(expected in line for line in lines), lines
 
 
-def test_missing_file_directory_and_huge_file(monkeypatch, capsys, tmp_path):
-    code, _, err = run_cli(monkeypatch, capsys, "validate", str(tmp_path / "nope.yaml"))
+def test_missing_file_directory_and_huge_file(run_cli, tmp_path):
+    code, _, err = run_cli("validate", str(tmp_path / "nope.yaml"))
     assert code == 2 and "file not found" in err
-    code, _, err = run_cli(monkeypatch, capsys, "validate", str(tmp_path) + "/")
+    code, _, err = run_cli("validate", str(tmp_path) + "/")
     assert code == 2 and "is a directory" in err
     huge = tmp_path / "huge.yaml"
     huge.write_text("name: x\n" + "# padding\n" * 200_000)
-    code, _, err = run_cli(monkeypatch, capsys, "validate", str(huge))
+    code, _, err = run_cli("validate", str(huge))
     assert code == 2 and "limited to" in err
 
 
-def test_verbose_shows_the_traceback(monkeypatch, capsys):
+def test_verbose_shows_the_traceback(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["kvbench", "--verbose", "validate", str(BAD / "unknown_key.yaml")])
     from kvbench.errors import ScenarioError
 
@@ -102,8 +94,8 @@ def test_verbose_shows_the_traceback(monkeypatch, capsys):
         (["export", "/nonexistent/run"], "not a kvbench run directory"),
     ],
 )
-def test_bad_cli_values(monkeypatch, capsys, args, expected):
-    code, out, err = run_cli(monkeypatch, capsys, *args)
+def test_bad_cli_values(run_cli, args, expected):
+    code, out, err = run_cli(*args)
     assert code == 2
     assert "Traceback" not in err
     assert expected in err + out
