@@ -2,7 +2,7 @@
 
     python benchmarks/prompt_build.py BASE_URL N T   -> one JSON line {"build_s", "exact", ...}
 
-Uses kvbench.engines.tokenize.server_token_counter + kvbench.load.prompts.bounded_counter/build_prompts
+Uses kvbench.engines.token_count.server_token_counter + kvbench.load.prompts.bounded_counter/build_prompts
 (what runner.make_prompt_set calls); the clock covers build_prompts only.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from kvbench.client import make_session
 from kvbench.client.control import ControlClient
-from kvbench.engines.tokenize import server_token_counter
+from kvbench.engines.token_count import server_token_counter
 from kvbench.load.prompts import bounded_counter, build_prompts, make_salt
 
 

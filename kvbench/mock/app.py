@@ -26,7 +26,7 @@ from kvbench.mock import completions
 from kvbench.mock.config import FixedDelayProfile, TieredProfile
 from kvbench.mock.engine import FixedDelayEngine, TieredEngine, Trace
 from kvbench.mock.faults import FaultConfig, FaultPlan
-from kvbench.mock.http import BadRequest, error_response, read_json
+from kvbench.mock.http_replies import BadRequest, error_response, read_json
 from kvbench.mock.metrics import MockMetrics
 from kvbench.mock.responses import WORDS
 from kvbench.mock.tokenizer import Tokenizer, chat_tokens, split_tokens

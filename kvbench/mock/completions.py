@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kvbench.mock.engine import Trace
-from kvbench.mock.http import BadRequest, abort, error_response, log, read_json
+from kvbench.mock.http_replies import BadRequest, abort, error_response, log, read_json
 from kvbench.mock.responses import BodyWriter, JsonWriter, SseWriter, answer
 from kvbench.mock.tokenizer import PromptInfo, Tokenizer
 

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from kvbench.mock.engine import Trace
 from kvbench.mock.faults import FaultConfig, FaultDecision
-from kvbench.mock.http import abort
+from kvbench.mock.http_replies import abort
 
 if TYPE_CHECKING:
     from kvbench.mock.app import MockApp

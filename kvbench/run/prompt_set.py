@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from kvbench.engines.tokenize import server_token_counter
+from kvbench.engines.token_count import server_token_counter
 from kvbench.load.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
 from kvbench.results import PROMPTS
 from kvbench.results.schema import PromptsInfo

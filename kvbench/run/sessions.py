@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from kvbench.engines.tokenize import server_token_counter
+from kvbench.engines.token_count import server_token_counter
 from kvbench.load.prompts import Prompt, make_salt
 from kvbench.load.schedule import WorkItem, run_closed_loop, run_open_loop
 from kvbench.load.sessions import (

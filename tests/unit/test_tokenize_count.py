@@ -1,4 +1,4 @@
-from kvbench.engines.tokenize import _COUNT
+from kvbench.engines.token_count import _COUNT
 
 
 def test_count_is_read_from_the_head_of_a_vllm_answer():
