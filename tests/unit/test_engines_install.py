@@ -96,7 +96,7 @@ def test_install_reuses_a_matching_install(engines_tmp: Path, monkeypatch: pytes
 
 def test_failed_step_names_step_reason_and_log(engines_tmp: Path) -> None:
     lines: list[str] = []
-    steps = inst._Steps("llamacpp", 2, lines.append)
+    steps = inst.Steps("llamacpp", 2, lines.append)
     with pytest.raises(inst.EngineInstallError) as err, steps.step("build", "compile") as log:
         steps.run("build", ["sh", "-c", "echo compiling; echo 'error: out of cheese' >&2; exit 3"], log)
     exc = err.value
@@ -110,7 +110,7 @@ def test_failed_step_names_step_reason_and_log(engines_tmp: Path) -> None:
 
 def test_step_progress_lines_and_timing(engines_tmp: Path) -> None:
     lines: list[str] = []
-    steps = inst._Steps("vllm-cpu", 1, lines.append)
+    steps = inst.Steps("vllm-cpu", 1, lines.append)
     with steps.step("check", "true") as log:
         steps.run("check", ["true"], log)
     assert lines[0] == "[vllm-cpu 1/1] check: true"
@@ -119,7 +119,7 @@ def test_step_progress_lines_and_timing(engines_tmp: Path) -> None:
 
 
 def test_missing_program_is_one_line(engines_tmp: Path) -> None:
-    steps = inst._Steps("llamacpp", 1, lambda s: None)
+    steps = inst.Steps("llamacpp", 1, lambda s: None)
     with (
         pytest.raises(inst.EngineInstallError, match="cannot run /nonexistent/cmake"),
         steps.step("configure", "x") as log,
@@ -158,3 +158,22 @@ def test_extract_vendor_only(tmp_path: Path) -> None:
     assert (tmp_path / "src" / "CMakeLists.txt").is_file()
     assert (tmp_path / "src" / "gguf-py" / "gguf" / "__init__.py").is_file()
     assert not (tmp_path / "src" / "llama_cpp").exists()
+
+
+def test_the_cache_key_changes_with_the_code_of_an_engines_steps(tmp_path: Path) -> None:
+    """A cache made by older build steps is never reused: the key hashes the steps' source."""
+    import importlib.util
+
+    from kvbench.engines import recipes
+
+    source = Path(recipes.__file__).read_text()
+    marker = "llama-server with {jobs} jobs at nice 10"
+    assert marker in source
+    changed = tmp_path / "recipes_changed.py"
+    changed.write_text(source.replace(marker, "llama-server with {jobs} jobs at nice 5"))
+    spec = importlib.util.spec_from_file_location("recipes_changed", changed)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.recipe("llamacpp") != recipes.recipe("llamacpp")
+    assert module.recipe("vllm-cpu") == recipes.recipe("vllm-cpu")  # its steps did not change

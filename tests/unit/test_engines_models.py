@@ -75,7 +75,7 @@ def test_model_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     name = ModelSpec.default("llamacpp").name
     assert model_path("llamacpp").name == name + ".gguf"
     assert model_path("vllm-cpu").name == name
-    assert model_path("vllm-cpu").parent.parent.name == "vllm-cpu"
+    assert model_path("vllm-cpu").parents[2].name == "vllm-cpu"
 
 
 def _digest(weights: dict[str, np.ndarray]) -> str:
@@ -154,3 +154,32 @@ def test_gguf_file_reads_back(tmp_path: Path) -> None:
     assert len(fields["tokenizer.ggml.tokens"].data) == len(tinyvocab.tokens(spec.words))
     names = {t.name for t in reader.tensors}
     assert {"token_embd.weight", "output.weight", "blk.0.ffn_down.weight"} <= names
+
+
+def test_models_are_keyed_by_the_code_and_the_build_that_make_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvbench.engines import models
+
+    monkeypatch.setenv("KVBENCH_ENGINES_DIR", str(tmp_path))
+    key = models.maker_key("vllm-cpu")
+    assert model_path("vllm-cpu").parent.name == key
+    monkeypatch.setattr(models, "recipe", lambda engine: "another-build")
+    assert models.maker_key("vllm-cpu") != key
+    assert model_path("vllm-cpu").parent.name != key
+
+
+def test_the_hf_model_script_runs_from_a_folder_without_kvbench_modules(tmp_path: Path) -> None:
+    """make_hf_model.py runs in vLLM's venv with its folder first on sys.path; a kvbench module
+    there named like a standard-library one (engines/tokenize.py did) breaks that interpreter."""
+    from kvbench.engines import models
+
+    seen = tmp_path / "seen.txt"
+    fake_python = tmp_path / "python"
+    fake_python.write_text(f'#!/bin/sh\nls "$(dirname "$1")" > {seen}\necho "no torch here"\nexit 1\n')
+    fake_python.chmod(0o755)
+    out = tmp_path / "models" / "tiny"
+    out.parent.mkdir()
+    with pytest.raises(models.EngineInstallError, match="make-model"):
+        models._write_hf(out, ModelSpec(words=("alpha",)), python=fake_python, logs=tmp_path / "logs")
+    assert set(seen.read_text().split()) == {"make_hf_model.py", "tinyvocab.py"}
