@@ -170,9 +170,11 @@ def validate_cmd(
     ] = None,
 ) -> None:
     """Validate a scenario and print it fully resolved (defaults filled in), or one line per problem."""
+    from kvbench.run.names import check_names
     from kvbench.scenario import load_scenario, scenario_to_yaml
 
     scn, path = load_scenario(scenario, _parse_set(set_values or []))
+    check_names(scn)
     typer.echo(f"# resolved from {path}")
     typer.echo(scenario_to_yaml(scn), nl=False)
 

@@ -44,6 +44,7 @@ from kvbench.results.schema import (
     TargetRecord,
 )
 from kvbench.run.context import Run, RunOptions
+from kvbench.run.names import check_names
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
 from kvbench.run.remote import connect_cluster
@@ -145,6 +146,7 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
 
 
 async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> RunOutcome:
+    check_names(scn)
     check_output_dir(opts.output_dir)
     headers = request_headers(scn, opts.api_key_env)
     origin_ns = time.perf_counter_ns()

@@ -99,3 +99,54 @@ def test_bad_cli_values(run_cli, args, expected):
     assert code == 2
     assert "Traceback" not in err
     assert expected in err + out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--set", "target.mock_profile=nosuch"],
+            "target.mock_profile: unknown mock profile 'nosuch' (known: ",
+        ),
+        (
+            ["--set", "target.mock_overrides.nosuch=1"],
+            "target.mock_overrides: profile ci: nosuch: Extra inputs",
+        ),
+        (["--set", "target.engine=nosuch"], "target.engine: unknown engine 'nosuch'; known: auto, mock"),
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_unknown_names_are_one_line_before_anything_starts(run_cli, tmp_path, command, args, expected):
+    """A name no registry knows is exit 2 and one line listing the known names, from `validate` and
+    from `run` alike, before a mock starts or a run directory exists (it was exit 1, `mock did not
+    start`, and `validate` accepted it)."""
+    out_dir = ["--output-dir", str(tmp_path / "out")] if command == "run" else []
+    code, _, err = run_cli(command, "ttft", *args, *out_dir)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+    if "mock_profile" in expected:
+        from kvbench.mock.profiles import profile_names
+
+        assert all(name in lines[0] for name in profile_names())
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_noise_kind_the_cluster_cannot_place_is_refused(monkeypatch):
+    from kvbench import noise
+    from kvbench.errors import UsageError
+    from kvbench.run.names import check_names
+    from kvbench.scenario import load_scenario
+
+    from kvbench.scenario.cluster import ClusterSection
+    from kvbench.scenario.noise import FioNoise
+
+    base, _ = load_scenario("throughput")
+    scn = base.model_copy(update={"noise": FioNoise(path="/tmp"), "cluster": ClusterSection(backend="ray")})
+    check_names(scn)  # registered for ray: fine
+    monkeypatch.delitem(noise._REGISTRY, ("ray", "fio"))
+    with pytest.raises(
+        UsageError,
+        match=r"noise.kind: unknown noise kind 'fio' on cluster 'ray' \(known: none, tcp, iperf3\)",
+    ):
+        check_names(scn)

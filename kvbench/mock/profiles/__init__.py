@@ -23,6 +23,11 @@ def _files() -> dict[str, Any]:
     return {p.name[: -len(".yaml")]: p for p in root.iterdir() if p.name.endswith(".yaml")}
 
 
+def profile_names() -> list[str]:
+    """The shipped profiles' names, sorted: what `target.mock_profile` and `--profile` may name."""
+    return sorted(_files())
+
+
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
