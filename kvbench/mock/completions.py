@@ -18,36 +18,20 @@ import os
 import random
 import time
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from kvbench.mock.engine import Trace
 from kvbench.mock.http_replies import BadRequest, abort, error_response, log, read_json
 from kvbench.mock.responses import BodyWriter, JsonWriter, SseWriter, answer
+from kvbench.mock.serving import CompletionRequest, ServerState
 from kvbench.mock.tokenizer import PromptInfo, Tokenizer
-
-if TYPE_CHECKING:
-    from kvbench.mock.app import MockApp
 
 DEFAULT_MAX_TOKENS = 16
 
 
-@dataclass(frozen=True)
-class CompletionRequest:
-    """A validated completion request: what the token loop and the body writers need."""
-
-    chat: bool  # /v1/chat/completions (messages) rather than /v1/completions (prompt)
-    prompt: PromptInfo  # the prompt as the mock's tokenizer sees it
-    max_tokens: int  # tokens to generate (the mock never stops early)
-    stream: bool  # SSE stream, or one JSON body
-    include_usage: bool  # stream_options.include_usage: a usage chunk before [DONE]
-    model: str  # echoed in every answer (any value is accepted)
-    words: random.Random  # draws the answer's words (seeded from the prompt at temperature 0)
-
-
-async def handle(app: MockApp, request: web.Request, chat: bool) -> web.StreamResponse:
+async def handle(app: ServerState, request: web.Request, chat: bool) -> web.StreamResponse:
     """One completion request, traced from arrival to its end, whatever the end is."""
     received_ns = time.perf_counter_ns()
     app.in_flight += 1
@@ -75,7 +59,7 @@ async def handle(app: MockApp, request: web.Request, chat: bool) -> web.StreamRe
         app.write_trace(trace)
 
 
-async def _complete(app: MockApp, request: web.Request, chat: bool, trace: Trace) -> web.StreamResponse:
+async def _complete(app: ServerState, request: web.Request, chat: bool, trace: Trace) -> web.StreamResponse:
     decision = app.faults.next()
     fc = app.faults.config
     model_name = app.profile.model_name
@@ -110,7 +94,7 @@ async def _complete(app: MockApp, request: web.Request, chat: bool, trace: Trace
         await tokens.aclose()
 
 
-def parse_request(app: MockApp, body: dict[str, Any], chat: bool) -> CompletionRequest:
+def parse_request(app: ServerState, body: dict[str, Any], chat: bool) -> CompletionRequest:
     """Validate a completion body; BadRequest (or ValueError) with the message a client sees."""
     prompt = extract_prompt(app.tokenizer, body, chat)
     max_tokens = body.get("max_completion_tokens") if chat else None

@@ -26,17 +26,14 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from kvbench.mock.engine import Trace
 from kvbench.mock.faults import FaultConfig, FaultDecision
 from kvbench.mock.http_replies import abort
-
-if TYPE_CHECKING:
-    from kvbench.mock.app import MockApp
-    from kvbench.mock.completions import CompletionRequest
+from kvbench.mock.serving import CompletionRequest, ServerState
 
 # fmt: off
 WORDS = (
@@ -194,7 +191,7 @@ def token_text(rng: random.Random, i: int, decision: FaultDecision, faults: Faul
 
 
 async def answer(
-    app: MockApp,
+    app: ServerState,
     request: web.Request,
     req: CompletionRequest,
     trace: Trace,
