@@ -2,23 +2,34 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+# Two stamps: running needs kvbench and the fast extra; testing and checking add the dev tools and Ray.
+RUN_STAMP := $(VENV)/.run-stamp
+DEV_STAMP := $(VENV)/.dev-stamp
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 
-.PHONY: setup test check run bench bench-readme clean
+.PHONY: setup setup-dev test check run bench bench-readme clean
 
-setup: $(STAMP)
+setup: $(RUN_STAMP)
+setup-dev: $(DEV_STAMP)
+
+$(VENV)/bin/python:
+	$(PY) -m venv $(VENV)
 
 # Reinstall only when the project's dependencies change; otherwise setup is instant.
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,fast,ray]'
-	touch $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PIP) -e '.[fast]'
+	touch $(RUN_STAMP)
 
-test: setup
+# the dev install holds everything running needs, so it also satisfies `make run`
+$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[dev,fast,ray]'
+	touch $(DEV_STAMP) $(RUN_STAMP)
+
+test: setup-dev
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-check: setup
+check: setup-dev
 	$(BIN)/ruff check kvbench tests benchmarks
 	$(BIN)/ruff format --check kvbench tests benchmarks
 	$(BIN)/mypy kvbench
@@ -27,7 +38,7 @@ run: setup
 	$(BIN)/kvbench run ttft
 
 # ~8 min; BENCH_ARGS=--no-peers skips vLLM bench serve and the aiohttp client (the README is then left alone)
-bench: setup
+bench: setup-dev
 	$(BIN)/python benchmarks/run_bench.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/readme_table.py
 
