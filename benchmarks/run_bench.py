@@ -84,6 +84,8 @@ from ray_bench import (
     worker_cpu_s,
 )
 
+from kvbench.strict_json import dumps as strict_dumps
+
 RESULTS = HERE / "results"
 LOAD_LEVELS = {1: 100, 28: 600, 64: 1200, 256: 2000}  # connections: requests
 KVBENCH_TOOLS = ("kvbench", "kvbench_user")
@@ -422,7 +424,8 @@ def main() -> int:
     res["summary"] = summary(res)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
+    # strict JSON (a statistic over no samples is null, never NaN) so jq and readme_table.py read it
+    out.with_suffix(".json").write_text(strict_dumps(res, indent=2) + "\n")
     md = markdown(res)
     out.with_suffix(".md").write_text(md)
     print(md)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kvbench.results.schema import Manifest
+from kvbench.strict_json import dumps
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,7 +58,7 @@ class JsonlWriter:
     def write(self, row: dict[str, Any]) -> None:
         if self._fh is None:
             raise RuntimeError(f"{self.path} is closed")
-        self._fh.write(json.dumps(row, separators=(",", ":"), default=_json_default) + "\n")
+        self._fh.write(dumps(row, compact=True) + "\n")
         self._fh.flush()
         self.rows += 1
 
@@ -75,17 +76,9 @@ class JsonlWriter:
         self.close()
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    tmp.write_text(dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 

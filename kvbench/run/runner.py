@@ -31,7 +31,7 @@ from kvbench.client.control import ControlClient
 from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
-from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso
+from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso, write_json_atomic
 from kvbench.results.schema import (
     ColdStart,
     EnvironmentInfo,
@@ -325,7 +325,7 @@ def finish(run: Run, status: str) -> None:
     remote = getattr(run.load_backend, "record", None)  # Ray load workers: where they ran, which were lost
     if remote is not None and run.rd.manifest is not None:
         run.rd.update(cluster={**(run.rd.manifest.cluster or {}), "load": remote()})
-    (run.rd.path / METRIC_DELTAS).write_text(_json(run.metric_deltas), encoding="utf-8")
+    write_json_atomic(run.rd.path / METRIC_DELTAS, run.metric_deltas)
     run.rd.save_manifest()
     run.rd.close()
     if run.noise_writer is not None:
@@ -380,12 +380,6 @@ def load_shape(scn: Scenario) -> LoadShape:
         else LengthRangeInfo(min=lengths.min, max=lengths.max, distribution=lengths.distribution),
         max_tokens=scn.output.max_tokens,
     )
-
-
-def _json(data: Any) -> str:
-    import json
-
-    return json.dumps(data, indent=2) + "\n"
 
 
 def lab_record(base_url: str, scn: Scenario) -> LabRecord | None:
