@@ -61,6 +61,7 @@ def _register_subcommands() -> None:
         "kvbench.noise.commands",
         "kvbench.engines.commands",
         "kvbench.lab.commands",
+        "kvbench.trace.commands",
     ):
         __import__(module_name, fromlist=["register"]).register(app)
 
