@@ -1,25 +1,14 @@
-"""RequestRecord: everything one timed request produced, failed ones included; and burst detection.
+"""RequestRecord: everything one timed request produced, failed ones included.
 
 A request is a row, never an exception: status, error type and message, partial output and
-every timestamp (ns since the run's clock origin) go to requests.jsonl as one line.
-
-Burst detection: behind a buffering proxy (nginx's default `proxy_buffering on`) the response
-headers, the first token and the whole answer arrive together when generation ends, so TTFT
-reads as the full request time. A multi-token answer whose first and last tokens arrive within
-BURST_NS of the headers is flagged; a phase where most answers are flagged gets a warning.
+every timestamp (ns since the run's clock origin) go to requests.jsonl as one line. Whether
+its TTFT is the server's or a proxy's delivery (`burst`, `delivery`) is judged in delivery.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-BURST_NS = 1_000_000
-BURST_WARNING = (
-    "tokens arrived in one burst with the response headers ({flagged} of {total} answers): "
-    "a buffering proxy? nginx: proxy_buffering off or X-Accel-Buffering: no"
-)
 
 
 @dataclass(slots=True)
@@ -49,7 +38,9 @@ class RequestRecord:
     noise_active: bool = False
     attempt: int = 1
     finish_reason: str | None = None
-    burst: bool = False  # first and last of several tokens within BURST_NS of the headers
+    burst: bool = False  # first and last of several tokens within 1 ms of the headers (delivery.is_burst)
+    first_read_tokens: int = 0  # content tokens the read that carried the first one held
+    delivery: str | None = None  # burst | batched | held_head: TTFT is a proxy's delivery (delivery.judge)
     clock_source: str = "user"  # "kernel": the first token's time is the kernel's RX stamp (kstamp)
     first_token_user_ns: int | None = None  # when the loop got to the first token (http1 only)
 
@@ -98,25 +89,9 @@ class RequestRecord:
             "attempt": self.attempt,
             "finish_reason": self.finish_reason,
             "burst": self.burst,
+            "first_read_tokens": self.first_read_tokens,
+            "delivery": self.delivery,
             "clock_source": self.clock_source,
             "first_token_user_ns": self.first_token_user_ns,
             "first_token_lag_ms": ms(self.first_token_user_ns, self.first_token_ns),
         }
-
-
-def is_burst(rec: RequestRecord) -> bool:
-    """True when a multi-token answer arrived, first to last token, within BURST_NS of its headers."""
-    tokens = rec.token_ns
-    return rec.headers_ns is not None and len(tokens) >= 2 and tokens[-1] - rec.headers_ns <= BURST_NS
-
-
-def burst_warning(records: Iterable[RequestRecord]) -> str | None:
-    """The warning for a phase whose answers mostly came in one burst; None otherwise."""
-    total = flagged = 0
-    for rec in records:
-        if rec.ok and len(rec.token_ns) >= 2:
-            total += 1
-            flagged += rec.burst
-    if total and flagged * 2 > total:
-        return BURST_WARNING.format(flagged=flagged, total=total)
-    return None

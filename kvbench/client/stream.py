@@ -11,8 +11,10 @@ every rule below holds for http1 and aiohttp alike:
   chunks never count (vLLM once shipped that bug, PR #3768).
 The per-chunk path is `_sse`; the mode is chosen once, in `head`, by swapping `feed`.
 Where the transport stamps reads in the kernel (`stamp`), the first token's record says so
-(`clock_source`) and keeps the loop's stamp beside it (`first_token_user_ns`); a first-token
-read that already held later tokens is flagged (`merged`: its stamp is the later arrival).
+(`clock_source`) and keeps the loop's stamp beside it (`first_token_user_ns`). Every transport
+feeds one read per `feed`: the tokens the first token's read held are counted
+(`first_read_tokens`; with kernel stamps such a read is `merged`: its stamp is the later
+arrival), and at `close` delivery.judge says whether TTFT was the server's or a proxy's.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from http import HTTPStatus
 from typing import Any
 
 from kvbench.client.body import ClientConfig
+from kvbench.client.delivery import is_burst, judge
 from kvbench.client.detail import error_detail
-from kvbench.client.record import RequestRecord, is_burst
+from kvbench.client.record import RequestRecord
 from kvbench.client.sse import SSEParser
 
 OUTPUT_TEXT_KEEP = 4096
@@ -61,7 +64,6 @@ class ResponseStream:
         "collected",
         "done",
         "feed",
-        "first_read",
         "kept",
         "kernel",
         "last_t",
@@ -87,11 +89,10 @@ class ResponseStream:
         self.feed: Callable[[int, bytes], bool] = self._sse
         self.t_user: int | None = None  # the loop's stamp of the read being fed (set by stamp())
         self.kernel = False
-        self.first_read = False  # the read being fed carried the first token
-        self.merged = False  # ... and later tokens too (kernel stamps: TTFT is the later arrival)
+        self.merged = False  # the first token's read held later tokens, kernel-stamped (TTFT: the later)
 
     def stamp(self, t_user: int, kernel: bool) -> None:
-        self.t_user, self.kernel, self.first_read = t_user, kernel, False
+        self.t_user, self.kernel = t_user, kernel
 
     # -- the head ------------------------------------------------------------------------------------
 
@@ -133,6 +134,7 @@ class ResponseStream:
     def _sse(self, t: int, chunk: bytes) -> bool:
         rec = self.rec
         self.last_t = t
+        first_read = False  # this read (one feed is one read) carried the first token
         for ev in self.parser.feed(chunk):
             data = ev.data
             if data == "[DONE]":
@@ -162,15 +164,16 @@ class ResponseStream:
             if text:
                 if rec.first_token_ns is None:
                     rec.first_token_ns = t
+                    rec.first_read_tokens = 0
+                    first_read = True
                     if self.t_user is not None:  # the loop's stamp beside the transport's: their gap is lag
                         rec.first_token_user_ns = self.t_user
                         rec.clock_source = "kernel" if self.kernel else "user"
-                        self.first_read = True
                     if self.on_first is not None:
                         self.on_first()
-                elif self.first_read:
-                    self.first_read = False
+                elif first_read:
                     self.merged = self.kernel
+                rec.first_read_tokens += first_read
                 rec.token_ns.append(t)
                 rec.output_chars += len(text)
                 if self.kept < OUTPUT_TEXT_KEEP:
@@ -244,6 +247,7 @@ class ResponseStream:
         if rec.output_tokens is None and rec.token_ns:
             rec.output_tokens = len(rec.token_ns)
         rec.burst = is_burst(rec)
+        rec.delivery = judge(rec)
 
 
 _loads = json.loads

@@ -2,7 +2,7 @@
 
 nginx (the Debian package; .ci/run installs it) runs from a prefix directory of the test's
 own, on free loopback ports, never as a system service. Covered: an unbuffered keep-alive
-proxy (TTFT matches the mock's own log), nginx's default buffering (the burst warning),
+proxy (TTFT matches the mock's own log), nginx's default buffering (the delivery warning: a burst),
 gzip, basic auth with the credentials in the URL (they appear nowhere), an http->https
 redirect, and nginx's HTML error pages.
 """
@@ -129,7 +129,7 @@ async def test_unbuffered_keepalive_proxy_ttft_matches_the_mock(tmp_path):
         with nginx(tmp_path, proxy(port, mock.base_url, "proxy_buffering off;")) as prefix:
             outcome, df, manifest = await run(tmp_path, f"http://127.0.0.1:{port}")
     assert outcome.exit_code == 0 and (df.status == "ok").all()
-    assert not df.burst.any()
+    assert not df.burst.any() and df.delivery.isna().all()
     assert not any(p.get("warning_burst") for p in manifest["phases"])
     truth = {t["request_id"]: t for t in read_jsonl(gt_path)}
     origin = manifest["clock_origin_ns"]
@@ -158,7 +158,8 @@ async def test_buffering_proxy_gets_the_burst_warning(tmp_path, capsys):
     measured = df[df.status == "ok"]
     assert measured.burst.mean() > 0.5
     warned = [p for p in manifest["phases"] if "warning_burst" in p]
-    assert warned and "buffering proxy" in warned[0]["warning_burst"]
+    assert warned and "delivery-bound, not the server's" in warned[0]["warning_burst"]
+    assert (measured.delivery == "burst").mean() > 0.5
     err = capsys.readouterr().err
     assert "tokens arrived in one burst" in err and "proxy_buffering off" in err
 

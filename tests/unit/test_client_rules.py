@@ -1,4 +1,4 @@
-"""The client's pure rules: base URLs, credentials, redaction, error messages, response heads, bursts."""
+"""The client's pure rules: base URLs, credentials, redaction, error messages, response heads, delivery."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from kvbench.baseurl import BaseURL, Redactor, auth_headers, redact_url
 from kvbench.client import ClientConfig, RequestRecord, ResponseStream, burst_warning, is_burst
+from kvbench.client.delivery import judge
 from kvbench.client.detail import error_detail
 from kvbench.run.target import TargetInfo, request_headers
 from kvbench.scenario import load_scenario, scenario_to_yaml
@@ -115,30 +116,73 @@ def test_done_ends_the_record_at_the_done_event():
     assert s.done and rec.ok and rec.end_ns == 9
 
 
-def rec_with(headers: int, tokens: list[int], ok: bool = True) -> RequestRecord:
+def rec_with(
+    headers: int, tokens: list[int], ok: bool = True, first_read: int = 1, sent: int = 0
+) -> RequestRecord:
     rec = RequestRecord(
-        "r", headers_ns=headers, token_ns=tokens, first_token_ns=tokens[0] if tokens else None
+        "r", sent_ns=sent, headers_ns=headers, token_ns=tokens, first_token_ns=tokens[0] if tokens else None
     )
+    rec.first_read_tokens = first_read if tokens else 0
     if not ok:
         rec.fail("x", "y")
     rec.burst = is_burst(rec)
+    rec.delivery = judge(rec)
     return rec
 
 
 def test_burst_flag_and_phase_warning():
     burst = rec_with(1_000_000, [1_000_100, 1_000_900])
     spread = rec_with(1_000_000, [1_000_100, 9_000_000])
-    single = rec_with(1_000_000, [1_000_100])  # one token: nothing to tell
+    single = rec_with(1_000_000, [9_000_100])  # one token, head sent early: nothing to tell
     assert burst.burst and not spread.burst and not single.burst
-    warning = burst_warning([burst, burst, spread, single])
-    assert (
-        warning
-        and "2 of 3" in warning
-        and "proxy_buffering off" in warning
-        and "X-Accel-Buffering: no" in warning
-    )
-    assert burst_warning([burst, spread, spread]) is None
+    assert (burst.delivery, spread.delivery, single.delivery) == ("burst", None, None)
+    warning = burst_warning([burst, burst, burst, spread, single])
+    assert warning and "one burst" in warning and "3 of 5" in warning and "delivery-bound" in warning
+    assert "proxy_buffering off" in warning and "X-Accel-Buffering: no" in warning
+    assert "option http-no-delay" in warning
+    assert burst_warning([burst, burst, spread, single]) is None  # half is not most
     assert burst_warning([rec_with(0, [1, 2], ok=False)]) is None
+
+
+MS = 1_000_000
+
+
+def test_a_first_read_that_held_later_tokens_is_batched_when_they_stand_for_real_time():
+    """HAProxy's default: head and 17 tokens of a 10 ms/token answer in one read at +190 ms."""
+    tokens = [190 * MS] * 17 + [190 * MS + i * 10 * MS for i in range(1, 48)]
+    haproxy = rec_with(190 * MS, tokens, first_read=17)
+    assert haproxy.delivery == "batched" and not haproxy.burst
+    # the same shape, but the server wrote its tokens 20 us apart: the merge costs < 1 ms, not flagged
+    fast = rec_with(1 * MS, [30 * MS + i * 20_000 for i in range(16)], first_read=3)
+    assert fast.delivery is None
+    # a read that held 2 tokens of a 10 ms pace on a 2 s TTFT: 10 ms is under 10% of it
+    slow_prefill = rec_with(
+        1 * MS, [2000 * MS, 2000 * MS] + [2000 * MS + i * 10 * MS for i in range(1, 9)], first_read=2
+    )
+    assert slow_prefill.delivery is None
+    warning = burst_warning([haproxy] * 19 + [fast])
+    assert warning and "first read already held later tokens (19 of 20 answers; median 17 tokens)" in warning
+
+
+def test_a_head_that_waits_for_the_first_token_is_held_head():
+    """A head that comes with the first token 150 ms after the request, tokens then at their pace."""
+    held = rec_with(150 * MS, [150 * MS + 200_000 + i * 10 * MS for i in range(8)])
+    early = rec_with(1 * MS, [150 * MS + i * 10 * MS for i in range(8)])  # vLLM, the mock: head at once
+    quick = rec_with(2 * MS, [2 * MS + 100_000 + i * MS for i in range(8)])  # together, but no gap to hide
+    assert (held.delivery, early.delivery, quick.delivery) == ("held_head", None, None)
+    warning = burst_warning([held, held, early])
+    assert warning and "head came only with the first token (2 of 3 answers; median 150 ms" in warning
+
+
+def test_the_stream_counts_the_tokens_of_the_first_read():
+    rec, s = stream()
+    s.head(1, 200, "OK", {"content-type": "text/event-stream"})
+    s.feed(2, b'data: {"choices":[{"text":""}]}\n\n')  # no content: not the first token
+    s.feed(3, b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[{"text":"b"}]}\n\n')
+    s.feed(4, b'data: {"choices":[{"text":"c"}]}\n\n')
+    s.close()
+    assert rec.first_token_ns == 3 and rec.first_read_tokens == 2 and rec.token_ns == [3, 3, 4]
+    assert rec.to_row()["first_read_tokens"] == 2 and "delivery" in rec.to_row()
 
 
 def test_scenario_yaml_and_manifest_never_show_url_credentials(monkeypatch):
