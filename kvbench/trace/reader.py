@@ -23,7 +23,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 # The longest row a real trace has is a few hundred KB (a 128k-token prompt at 16 tokens a block);
 # a "line" longer than this is a file that is not JSONL, and reading it whole would exhaust memory.
 MAX_LINE_BYTES = 32 * 1024 * 1024
-DETECT_ROWS = 3
 
 __all__ = ["FORMATS", "TraceFile", "open_trace"]
 
@@ -83,20 +82,20 @@ def open_trace(
 
 
 def _detect(path: Path) -> TraceFormat:
-    first: list[dict[str, Any]] = []
-    for _line, obj in _objects(path):
-        first.append(obj)
-        if len(first) == DETECT_ROWS:
-            break
-    if not first:
+    """The format whose keys the first row has; one that has most of them (2 or more) is taken, so
+    that a first row missing a field fails on that field, by name, rather than on the format."""
+    first = next((obj for _line, obj in _objects(path)), None)
+    if first is None:
         raise UsageError(f"{path}: no rows (empty trace)")
-    for fmt in FORMATS.values():
-        if all(fmt.matches(obj) for obj in first):
-            return fmt
-    seen = ", ".join(sorted(first[0])) or "none"
+    overlap = {f.name: sum(key in first for key in f.signature) for f in FORMATS.values()}
+    best = max(overlap.values())
+    winners = [FORMATS[name] for name, n in overlap.items() if n == best]
+    if best >= 2 and (len(winners) == 1 or winners[0].matches(first)):
+        return winners[0]
+    seen = ", ".join(sorted(first)) or "none"
     known = "; ".join(f"{f.name}: {', '.join(f.signature)}" for f in FORMATS.values())
     raise UsageError(
-        f"{path}:1: format: no trace format matches the first rows (keys seen: {seen}); expected {known}"
+        f"{path}:1: format: no trace format matches the first row (keys seen: {seen}); expected {known}"
     )
 
 

@@ -87,7 +87,8 @@ class _Draws:
             self._clip(x, c.max_input_tokens) for x in self._lognormal(d.mean_tokens, d.sigma, d.count)
         ]
         ranks = np.arange(1, d.count + 1, dtype=float)
-        self.doc_p = ranks**-d.zipf_s / np.sum(ranks**-d.zipf_s) if d.count else None
+        # popularity as a cumulative table: one uniform draw and a binary search per document pick
+        self.doc_cdf = np.cumsum(ranks**-d.zipf_s)
 
     def _lognormal(self, mean: float, sigma: float, n: int) -> np.ndarray:
         return self.rng.lognormal(np.log(mean) - sigma**2 / 2, sigma, n)
@@ -114,7 +115,10 @@ class _Draws:
         if c.system_prompt.tokens and rng.random() < c.system_prompt.share:
             segments.append((("system", int(rng.integers(c.system_prompt.variants))), c.system_prompt.tokens))
         if c.documents.count and rng.random() < c.documents.share:
-            doc = int(rng.choice(c.documents.count, p=self.doc_p))
+            doc = min(
+                int(np.searchsorted(self.doc_cdf, rng.random() * self.doc_cdf[-1], side="right")),
+                c.documents.count - 1,
+            )
             segments.append((("doc", doc), self.doc_tokens[doc]))
         turns = 1
         if rng.random() < c.sessions.share:
