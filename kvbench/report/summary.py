@@ -79,6 +79,9 @@ class PhaseSummary(_Model):
     prompt_tokens_requested: list[int] = F("distinct requested prompt lengths")
     noise: dict[str, Any] | None = F("the manifest's noise record of the phase")
     cold_verified: bool | None = F("whether the cold cache was verified before the phase")
+    delivery: str | None = F(
+        "why TTFT is delivery-bound (a proxy's, not the server's); null if not", default=None
+    )
 
 
 class TtftAtLength(_Model):
@@ -266,6 +269,7 @@ def build_summary(
 ) -> tuple[RunSummary, pd.DataFrame, list[dict[str, Any]]]:
     """(summary, requests DataFrame, noise rows) of one run directory."""
     from kvbench.report import fits, published, stats
+    from kvbench.report.delivery import delivery_notes, phase_delivery
 
     run = read_run_manifest(run_dir)
     df, notes = _load_requests(run.run_dir)
@@ -274,6 +278,8 @@ def build_summary(
     if df.empty:
         notes.append("no requests were recorded")
     notes += run.phase_warnings()
+    bound = phase_delivery(df)
+    notes += delivery_notes(bound)
     errors = sum(p.errors for p in phase_list)
     if errors:
         notes.append(f"{errors} failed requests are counted as errors and left out of latency statistics")
@@ -288,7 +294,9 @@ def build_summary(
         generated_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         run=info,
         banner=simulated_banner(run),
-        phases=[PhaseSummary.model_validate(p.to_dict()) for p in phase_list],
+        phases=[
+            PhaseSummary.model_validate({**p.to_dict(), "delivery": bound.get(p.phase)}) for p in phase_list
+        ],
         ttft_by_length=[TtftAtLength.model_validate(r) for r in stats.ttft_by_length(df, seed=seed_)],
         ttft_speedups=[TtftSpeedup.model_validate(r) for r in stats.ttft_speedups(df, seed=seed_)],
         throughput=_maybe(ThroughputComparison, stats.throughput_comparison(phase_list, seed=seed_)),
