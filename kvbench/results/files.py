@@ -7,6 +7,8 @@ request; at most the last line can be torn, and the loader skips it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import secrets
@@ -16,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from kvbench.errors import KvbenchError
 from kvbench.results.schema import Manifest
 from kvbench.strict_json import dumps
 
@@ -47,25 +50,61 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40] or "run"
 
 
+class WriteFailed(KvbenchError):
+    """A run-directory file could not be written (a full or read-only disk, a lost mount): one line
+    naming the file, exit 1. Every file is left valid: rows are cut back to the last whole one, and
+    JSON and YAML files are replaced only by a complete new copy."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        self.path = path
+        self.errno = exc.errno
+        super().__init__(f"cannot write {path}: {exc.strerror or type(exc).__name__}")
+
+    @property
+    def disk(self) -> bool:
+        """The disk's fault (full, read-only, over quota, failing), not a bug of kvbench's."""
+        return self.errno in DISK_ERRNOS
+
+
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
 class JsonlWriter:
-    """Append-only JSON-lines file, flushed (and fsync'd on close) row by row."""
+    """Append-only JSON-lines file: each row reaches the kernel whole before write() returns (fsync'd
+    on close); a row the disk refuses is cut off again, so the file always ends at a whole row."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fh: IO[str] | None = path.open("a", encoding="utf-8")
+        try:
+            self._fh: IO[bytes] | None = path.open("ab", buffering=0)
+        except OSError as exc:
+            raise WriteFailed(path, exc) from None
+        self._end = self._fh.tell()  # bytes of whole rows
+        self.failed: WriteFailed | None = None
         self.rows = 0
 
     def write(self, row: dict[str, Any]) -> None:
         if self._fh is None:
             raise RuntimeError(f"{self.path} is closed")
-        self._fh.write(dumps(row, compact=True) + "\n")
-        self._fh.flush()
+        if self.failed is not None:  # the disk refused a row already: the run is ending
+            raise self.failed
+        data = (dumps(row, compact=True) + "\n").encode("utf-8")
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._fh.write(view) or 0 :]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fh.fileno(), self._end)  # no torn row left behind
+            self.failed = WriteFailed(self.path, exc)
+            raise self.failed from None
+        self._end += len(data)
         self.rows += 1
 
     def close(self) -> None:
         if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            with contextlib.suppress(OSError):  # the rows are with the kernel already
+                os.fsync(self._fh.fileno())
             self._fh.close()
             self._fh = None
 
@@ -76,10 +115,30 @@ class JsonlWriter:
         self.close()
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader sees the
+    old copy or the new one, never a part (a full disk fails the write, not the file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteFailed(path, exc) from None
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, dumps(data, indent=2) + "\n")
+
+
+# Space set aside when a run directory is opened and given back when the run ends, so that a disk
+# the rows filled still takes the final manifest and metrics_deltas.json (the run says it failed).
+RESERVE = ".kvbench-reserve"
+RESERVE_BYTES = 256 * 1024
 
 
 @dataclass
@@ -95,6 +154,24 @@ class RunDir:
 
     def __post_init__(self) -> None:
         self.requests = JsonlWriter(self.path / REQUESTS)
+        self._reserve()
+
+    def _reserve(self) -> None:
+        path = self.path / RESERVE
+        try:
+            with path.open("wb") as fh:
+                try:
+                    os.posix_fallocate(fh.fileno(), 0, RESERVE_BYTES)
+                except (AttributeError, OSError):  # no fallocate here: real bytes do the same
+                    fh.write(bytes(RESERVE_BYTES))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise WriteFailed(path, exc) from None
+
+    def release_reserve(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.path / RESERVE).unlink()
 
     def update(self, **changes: Any) -> Manifest:
         if self.manifest is None:
@@ -111,6 +188,7 @@ class RunDir:
 
     def close(self) -> None:
         self.requests.close()
+        self.release_reserve()
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -228,7 +228,12 @@ def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: b
     if report:
         from kvbench.report.render import write_report
 
-        html = write_report(outcome.run_dir, quiet=quiet)
+        try:
+            html = write_report(outcome.run_dir, quiet=quiet)
+        except OSError as exc:  # a disk that filled after the run: one line naming the file, exit 1
+            from kvbench.results.files import WriteFailed
+
+            raise WriteFailed(Path(exc.filename or outcome.run_dir), exc) from None
         if quiet:
             print(f"report: {html}")
     print(f"results: {outcome.run_dir}")

@@ -21,6 +21,7 @@ from kvbench.load.prompts import Prompt, TokenCounter, make_salt
 from kvbench.results import JsonlWriter, RunDir
 from kvbench.results.schema import Label, PhaseEntry, TtftStep
 from kvbench.run.cold import cold_probe_verdict, reset_cache
+from kvbench.run.limits import CLIENT_LIMIT, client_limit_message, is_client_limit
 from kvbench.run.progress import Progress
 from kvbench.run.target import TargetInfo
 from kvbench.scenario import Scenario
@@ -127,6 +128,8 @@ class Run:
 
     def record(self, rec: RequestRecord, extra: dict[str, Any] | None = None) -> None:
         """Write a request's row (plus `extra` columns: a remote worker's name and node) and count it."""
+        if not rec.ok and is_client_limit(rec.error_type, rec.error_message):
+            rec.fail(CLIENT_LIMIT, client_limit_message(rec.error_message or ""))
         self.rd.requests.write({**rec.to_row(), **extra} if extra else rec.to_row())
         self.records.append(rec)
         if not rec.ok:

@@ -32,6 +32,7 @@ from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso, write_json_atomic
+from kvbench.results.files import WriteFailed, write_text_atomic
 from kvbench.results.schema import (
     ColdStart,
     EnvironmentInfo,
@@ -44,6 +45,7 @@ from kvbench.results.schema import (
     TargetRecord,
 )
 from kvbench.run.context import Run, RunOptions
+from kvbench.run.limits import ensure_open_files
 from kvbench.run.names import check_names
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
@@ -148,6 +150,7 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
 async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> RunOutcome:
     check_names(scn)
     check_output_dir(opts.output_dir)
+    ensure_open_files(max(scn.load.max_in_flight, scn.test.max_in_flight or 0))
     headers = request_headers(scn, opts.api_key_env)
     origin_ns = time.perf_counter_ns()
     async with contextlib.AsyncExitStack() as stack:
@@ -255,7 +258,7 @@ def make_client(
 
 def start_manifest(scn: Scenario, opts: RunOptions, conn: Connection, origin_ns: int) -> RunDir:
     """Write the resolved scenario and the first manifest (status running) into the run directory."""
-    (conn.run_path / SCENARIO).write_text(scenario_to_yaml(scn, redact=True), encoding="utf-8")
+    write_text_atomic(conn.run_path / SCENARIO, scenario_to_yaml(scn, redact=True))
     rd = RunDir(conn.run_path, conn.run_id)
     rd.manifest = Manifest(
         kvbench_version=__version__,
@@ -295,13 +298,15 @@ async def run_plan(run: Run) -> None:
         prompts = await make_prompt_set(run)
         run.rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
         freeze_heap()  # no full GC pass over the start-up heap in the middle of a phase
-        await type_of_test(scn).plan(run, prompts)
+        await _unwrap_groups(type_of_test(scn).plan(run, prompts))
         status = "complete"
     except asyncio.CancelledError:
         status = "interrupted"
         raise
     except KvbenchError as exc:
-        run.rd.update(error=exc.message)
+        # the manifest's status has no `disk` value: `failed` with the cause first says it
+        disk = isinstance(exc, WriteFailed) and exc.disk
+        run.rd.update(error=f"disk: {exc.message}" if disk else exc.message)
         raise
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -313,8 +318,34 @@ async def run_plan(run: Run) -> None:
         finish(run, status)
 
 
+async def _unwrap_groups(plan: Any) -> None:
+    """A plan's task group that failed with a kvbench error (every worker found the disk full, say)
+    raises that one error: one line, not `internal error: ExceptionGroup`."""
+    try:
+        await plan
+    except BaseExceptionGroup as group:
+        found = group.subgroup(lambda e: isinstance(e, KvbenchError))
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        if found is None:
+            raise
+        raise found from None
+
+
 def finish(run: Run, status: str) -> None:
     """Final manifest, metric deltas, every writer closed (on any ending, interrupts included)."""
+    run.rd.release_reserve()  # room for these last files, should the rows have filled the disk
+    try:
+        _final_files(run, status)
+    finally:
+        run.rd.close()
+        if run.noise_writer is not None:
+            run.noise_writer.close()
+        if run.scraper.writer is not None:
+            run.scraper.writer.close()
+
+
+def _final_files(run: Run, status: str) -> None:
     run.rd.update(
         status=status,
         ended_at=utc_now_iso(),
@@ -325,13 +356,8 @@ def finish(run: Run, status: str) -> None:
     remote = getattr(run.load_backend, "record", None)  # Ray load workers: where they ran, which were lost
     if remote is not None and run.rd.manifest is not None:
         run.rd.update(cluster={**(run.rd.manifest.cluster or {}), "load": remote()})
+    run.rd.save_manifest()  # first: the file that says how the run ended
     write_json_atomic(run.rd.path / METRIC_DELTAS, run.metric_deltas)
-    run.rd.save_manifest()
-    run.rd.close()
-    if run.noise_writer is not None:
-        run.noise_writer.close()
-    if run.scraper.writer is not None:
-        run.scraper.writer.close()
 
 
 def outcome(run: Run) -> RunOutcome:
