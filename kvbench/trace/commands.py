@@ -14,33 +14,33 @@ import typer
 
 from kvbench.errors import UsageError
 
-ANALYZE_HELP = """Analyse a trace offline: sizes, the ideal prefix hit rate, LRU at tier capacities,
-reuse distance and working set over time.
+# Each paragraph is one line (the help formatter keeps line breaks and re-wraps to the terminal).
+ANALYZE_HELP = "\n\n".join(
+    [
+        "Analyse a trace offline: hit rates (ideal and LRU tiers), reuse distance, working set.",
+        "Prints rows, tokens and unique blocks too. The ideal hit rate is what an unbounded prefix cache "
+        "would hit (a row's leading blocks seen before). With --tiers (and --model to size a block) or "
+        "--mock-profile, a tiered LRU cache is simulated with the same rules as kvbench's mock. "
+        "--out DIR writes analysis.json and PNG plots.",
+        "  kvbench trace analyze scenarios/traces/mooncake-like.jsonl.gz",
+        "  kvbench trace analyze t.jsonl --model gpt-oss-120b --tiers G1=80GB,G2=1TB --out ana/",
+        "  kvbench trace analyze t.jsonl.gz --mock-profile laptop --json",
+    ]
+)
 
-The ideal hit rate is what an unbounded prefix cache would hit (a row's leading blocks seen
-before). With --tiers (and --model to size a block) or --mock-profile, a tiered LRU cache is
-simulated with the same rules as kvbench's mock. --out DIR writes analysis.json and PNG plots.
-
-  kvbench trace analyze scenarios/traces/mooncake-like.jsonl.gz
-
-  kvbench trace analyze trace.jsonl --model gpt-oss-120b --tiers G1=80GB,G2=1TB --out ana/
-
-  kvbench trace analyze trace.jsonl.gz --mock-profile laptop --json
-"""
-
-SYNTH_HELP = """Write a seeded synthetic trace (Mooncake JSONL unless --format says otherwise).
-
-Conversations arrive (Poisson or gamma), may start with a shared system prompt and carry a
-Zipf-popular document, and run one or more turns with think time; each turn's prompt is the
-conversation so far plus a new message, so the trace's hash ids share prefixes as real traffic
-does. Controls come from --controls (a YAML file, or a shipped name such as mooncake-like), then
---set KEY=VALUE (any control, e.g. documents.zipf_s=1.2), then the flags below. A name ending in
-.gz is written gzipped. The same controls and seed give the same bytes.
-
-  kvbench trace synth -o my.jsonl --rows 2000 --set documents.count=300 --set sessions.share=0.3
-
-  kvbench trace synth -o mooncake-like.jsonl.gz --controls mooncake-like
-"""
+SYNTH_HELP = "\n\n".join(
+    [
+        "Write a seeded synthetic trace (Mooncake JSONL unless --format says otherwise).",
+        "Conversations arrive (Poisson or gamma), may start with a shared system prompt and carry a "
+        "Zipf-popular document, and run one or more turns with think time; each turn's prompt is the "
+        "conversation so far plus a new message, so the hash ids share prefixes as real traffic does.",
+        "Controls come from --controls (a YAML file, or a shipped name: mooncake-like, ci), then "
+        "--set KEY=VALUE (any control, dotted, e.g. documents.zipf_s=1.2), then the flags below. "
+        "A name ending in .gz is written gzipped. The same controls and seed give the same bytes.",
+        "  kvbench trace synth -o my.jsonl --rows 2000 --set documents.count=300 --set sessions.share=0.3",
+        "  kvbench trace synth -o mooncake-like.jsonl.gz --controls mooncake-like",
+    ]
+)
 
 
 def _controls(path: str | None, sets: list[str], flags: dict[str, Any]) -> Any:

@@ -13,10 +13,11 @@ from kvbench.trace.analyze import TraceAnalysis
 from kvbench.trace.sizing import TIER_NAMES
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 
-def _figure() -> tuple[Figure, object]:
+def _figure() -> tuple[Figure, Axes]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
