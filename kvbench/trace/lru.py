@@ -11,10 +11,12 @@ simulation agree):
 * A row's hit is the longest prefix of its blocks held in SOME tier, counted in the fastest tier
   that holds each block. A prefix hit stops at the first missing block, as a prefix cache does,
   even when later blocks are still held.
-* After the row: hit blocks are touched (most recently used) in the tier that held them; blocks
-  read from a lower tier are also placed in G1, and G3/G4 reads in G2 (which staged them); the
-  row's new blocks are written to EVERY tier of non-zero capacity, each evicting its own least
-  recently used blocks.
+* After the row, run by run (a run: consecutive hit blocks from one tier), in prompt order: the
+  run is touched (most recently used) in the tier that held it, then a run read from a lower tier
+  is placed in G1, and a G3/G4 run in G2 too (which staged it); then the row's new blocks are
+  written to EVERY tier of non-zero capacity, each evicting its own least recently used blocks.
+  tests/unit/test_trace_analyze.py feeds the mock's own TieredKVCache the same keys and checks
+  the two agree on every row, tier by tier.
 * `block_tokens` given (an engine's view): at most (input_length - 1) // block_tokens blocks can
   hit (an engine computes at least one token) and only the input_length // block_tokens whole
   blocks are stored. Without it (the trace's own view, as the Mooncake paper counts) every id
@@ -96,15 +98,24 @@ class TieredLRU:
     def access(self, keys: list[int], limit: int, stored: int) -> LruHit:
         held_in = self._lookup(keys, limit)
         by_tier = [0] * len(self.tiers)
-        # every touch before any insert: an insert may evict a block this row has yet to touch
-        for key, t in zip(keys, held_in, strict=False):
-            by_tier[t] += 1
-            self.tiers[t].move_to_end(key)
-        for key, t in zip(keys, held_in, strict=False):
-            if t >= 1:
-                self._insert(0, key)
-            if t >= 2:
-                self._insert(1, key)
+        # run by run, in prompt order, as the mock commits: touch the run where it was found, then
+        # stage it up; a block a staging insert evicted before its own touch stays evicted
+        start = 0
+        while start < len(held_in):
+            t = held_in[start]
+            end = start
+            while end < len(held_in) and held_in[end] == t:
+                end += 1
+            run = keys[start:end]
+            by_tier[t] += end - start
+            tier = self.tiers[t]
+            for key in run:
+                if key in tier:
+                    tier.move_to_end(key)
+            for up in (0, 1)[: min(t, 2)]:
+                for key in run:
+                    self._insert(up, key)
+            start = end
         for key in keys[len(held_in) : stored]:
             for t in range(len(self.tiers)):
                 self._insert(t, key)

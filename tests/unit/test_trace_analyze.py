@@ -138,3 +138,30 @@ def test_analyze_a_100k_row_synthesized_trace(tmp_path: Path) -> None:
     a = analyze_trace(trace, path=str(path), format=trace.format, block_tokens=512, plan=plan)
     assert a.rows == 100_000
     assert a.lru is not None and 0 < a.lru.block_hit_rate <= a.ideal_block_hit_rate
+
+
+@pytest.mark.parametrize(
+    "caps", [[40, 0, 0, 0], [10, 30, 0, 0], [8, 16, 32, 64], [0, 0, 0, 50], [5, 0, 25, 0], [3, 6, 9, 12]]
+)
+def test_lru_agrees_with_the_mocks_cache_row_by_row(caps: list[int]) -> None:
+    """The simulation claims the mock's rules: the mock's own TieredKVCache, fed the same block keys
+    with the engine's limits, gives the same hit, tier by tier, on every row."""
+    from kvbench.mock.cache import TieredKVCache
+    from kvbench.trace.lru import BlockKeys, row_limits
+
+    names = ["G1", "G2", "G3", "G4"]
+    rows = list(open_trace(ROOT / "scenarios" / "traces" / "ci.jsonl"))
+    mock = TieredKVCache(
+        dict(zip(names, caps, strict=True)), {n: c > 0 for n, c in zip(names, caps, strict=True)}, 512
+    )
+    keys_of = BlockKeys()
+    expected = []
+    for row in rows:
+        keys = tuple(keys_of.of(row.hash_ids))
+        limit, stored = row_limits(row, 512)
+        hit = mock.lookup(keys, limit)
+        mock.commit(keys, hit, stored)
+        expected.append((hit.num_blocks, tuple(hit.blocks_by_tier[n] for n in names)))
+    ours = [(h.blocks, h.by_tier) for h in lru_hits(rows, caps, block_tokens=512)]
+    assert sum(h for h, _ in ours) > 0
+    assert ours == expected
