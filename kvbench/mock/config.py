@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvbench.model.kv_geometry import PRESETS
+from kvbench.model.topology import PRESETS as TOPOLOGIES
 
 TIER_NAMES = ("G1", "G2", "G3", "G4")
 
@@ -77,23 +78,62 @@ class GpuConfig(StrictModel):
     max_num_seqs: int = Field(default=256, ge=1, description="Requests admitted at once; the rest queue.")
 
 
-class FabricConfig(StrictModel):
-    capacity_bytes_per_s: float = Field(
-        gt=0, description="Network capacity in front of G4, shared by G4 reads and measured noise."
+class ContentionConfig(StrictModel):
+    """Costs of competing traffic beyond bandwidth sharing (kvbench.model.topology.Contention), each
+    scaled by the noise's load u (achieved / capacity of the link it shares with cache reads). All
+    off by default: the published bandwidths alone predict no drop at the published noise."""
+
+    loaded_latency_s: float = Field(
+        default=0.0, ge=0, description="Latency under load: model seconds added to each G4 access at u = 1."
     )
-    floor_fraction: float = Field(
-        default=0.1,
-        gt=0,
+    storage_cpu_slowdown: float = Field(
+        default=0.0, ge=0, le=1, description="Storage CPU: share of one G4 read's own rate lost at u = 1."
+    )
+    incast_loss: float = Field(
+        default=0.0,
+        ge=0,
         le=1,
-        description="Share of the capacity G4 reads keep however much noise arrives (flows are not "
-        "starved under fair queueing).",
+        description="Incast at the switch: share of the client link's goodput lost at u = 1.",
+    )
+
+
+class FabricConfig(StrictModel):
+    topology: str | None = Field(
+        default=None,
+        description="A kvbench.model.topology preset (links, capacities, the paths of cache reads and "
+        "noise); null: the storage (G4 aggregate) behind one link of capacity_bytes_per_s that the noise "
+        "also crosses.",
+    )
+    capacity_bytes_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="topology null only: the network link in front of G4, shared by G4 reads and noise.",
     )
     noise_scale: float = Field(
         default=1000.0,
         gt=0,
-        description="fabric_noise_scale: modelled bytes per real byte received on the fabric sink port "
-        "(loopback cannot carry 200 GB/s).",
+        description="fabric_noise_scale: modelled bytes per real byte, for a noise connection to the "
+        "fabric port that does not declare its offered rate (a declared one is modelled at that rate; "
+        "its real bytes only confirm it is on).",
     )
+    contention: ContentionConfig = Field(
+        default_factory=ContentionConfig, description="Costs of noise beyond bandwidth (default off)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> FabricConfig:
+        if self.topology is None and self.capacity_bytes_per_s is None:
+            raise ValueError("fabric: give topology (a preset) or capacity_bytes_per_s")
+        if self.topology is not None:
+            if self.topology not in TOPOLOGIES:
+                raise ValueError(
+                    f"fabric.topology: unknown {self.topology!r} (known: {', '.join(sorted(TOPOLOGIES))})"
+                )
+            if self.capacity_bytes_per_s is not None:
+                raise ValueError(
+                    "fabric: capacity_bytes_per_s comes from the topology; give one or the other"
+                )
+        return self
 
 
 class CalibrationPoint(StrictModel):
@@ -152,6 +192,11 @@ class TieredProfile(StrictModel):
                 raise ValueError(
                     "tiers.G4: bandwidth/latency are null but there is no calibration to fit them"
                 )
+        if self.fabric.topology is not None and self.tiers.G4.aggregate_bandwidth_bytes_per_s is not None:
+            raise ValueError(
+                "tiers.G4.aggregate_bandwidth_bytes_per_s: with fabric.topology the storage's bandwidth is "
+                "the topology's; leave it null"
+            )
         for name in ("G1", "G2", "G3"):
             t = self.tiers.by_name(name)
             if t.read_bandwidth_bytes_per_s is None or t.latency_s is None:

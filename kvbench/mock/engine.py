@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,18 +49,23 @@ class Trace:
     completion_tokens: int = 0
     tokens_from_tier: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_NAMES, 0))
     in_flight_at_receive: int = 0
+    # Noise when the onboarding began (modelled bytes/s): offered by `noise_flows` flows, achieved
+    # on the topology (max-min fair per flow: never more than a link's capacity).
     fabric_noise_bytes_per_s: float = 0.0
+    noise_offered_bytes_per_s: float = 0.0
+    noise_flows: int = 0
+    noise_link: str | None = None  # the link the noise shares with G4 reads (its capacity below)
     http_status: int = 200
     status: str = "ok"
     # Where the onboarding time went (both sum to onboard_ms; timing.split_onboarding): by the tier
     # the bytes came from, and by the link on the critical path (fabric = G4 reads, disk = G3
-    # reads, pcie = the host->GPU copy). Bytes moved per source tier, and the G4 link's capacity
-    # when the onboarding began (modelled bytes/s: what the fabric noise left of the fabric).
+    # reads, pcie = the host->GPU copy). Bytes moved per source tier, and what the noise left the
+    # G4 reads in all when the onboarding began (modelled bytes/s, reads taking all they can get).
     onboard_ms_by_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOWER_TIERS, 0.0))
     onboard_ms_by_link: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LINKS, 0.0))
     bytes_from_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOWER_TIERS, 0.0))
     g4_link_bytes_per_s: float | None = None
-    fabric_capacity_bytes_per_s: float | None = None  # the profile's fabric, noise or not
+    fabric_capacity_bytes_per_s: float | None = None  # capacity of noise_link, noise or not
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,9 +86,19 @@ class AsyncResource:
 
     def rate_if_joined(self) -> float:
         """Rate one more job would get now."""
-        r = self.core.capacity / (len(self.core) + 1)
-        cap = self.core.per_job_cap
-        return min(r, cap) if cap is not None else r
+        return self.core.rate_for(len(self.core) + 1)
+
+    def reshare(self, change: Callable[[], None]) -> None:
+        """Apply `change` to what `core.share` reads: progress up to now at the old rates first."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop yet (construction)
+            loop = None
+        if loop is not None:
+            self.core.advance(loop.time())
+        change()
+        if loop is not None:
+            self._rearm(loop)
 
     async def use(self, work: float) -> float:
         """Wait until `work` is done; returns how late the timer woke (seconds past the model's finish)."""
@@ -220,11 +235,14 @@ class TieredEngine:
         ts = params.time_scale
         self.gpu = AsyncResource(1.0 / ts, 1.0 / ts)
         self.links: dict[str, AsyncResource] = {}
-        for name in ("G2", "G3", "G4"):
+        for name in ("G2", "G3"):
             t = params.tier(name)
             self.links[name] = AsyncResource(t.aggregate_bandwidth / ts, t.read_bandwidth / ts)
-        self.noise_bytes_per_s = 0.0
-        self._apply_fabric()
+        g4 = AsyncResource(params.tier("G4").aggregate_bandwidth / ts)
+        g4.core.share = self._g4_rate
+        self.links["G4"] = g4
+        self.noise_flows: tuple[float, ...] = ()  # offered rate of each noise flow now
+        self._g4_shares: dict[int, float] = {}  # k reads -> each one's rate, for the noise now
         meta = {
             "model_name": profile.model_name,
             "geometry": profile.geometry,
@@ -252,18 +270,41 @@ class TieredEngine:
     def max_model_len(self) -> int:
         return self.params.max_model_len
 
-    def _apply_fabric(self) -> None:
-        g4 = self.params.tier("G4")
-        cap = min(g4.aggregate_bandwidth, self.params.fabric_available(self.noise_bytes_per_s))
-        try:
-            self.links["G4"].set_capacity(cap / self.params.time_scale)
-        except RuntimeError:  # no running loop yet (construction)
-            self.links["G4"].core.capacity = cap / self.params.time_scale
+    def _g4_rate(self, k: int) -> float:
+        """Each of k G4 reads' rate (real time) beside the noise now: max-min fair on the topology."""
+        rate = self._g4_shares.get(k)
+        if rate is None:
+            rate = self.params.g4_share(k, self.noise_flows).cache_each / self.params.time_scale
+            self._g4_shares[k] = rate
+        return rate
 
-    def set_noise_rate(self, modelled_bytes_per_s: float) -> None:
-        """Fabric noise measured now (modelled bytes/s): G4 reads get what is left."""
-        self.noise_bytes_per_s = modelled_bytes_per_s
-        self._apply_fabric()
+    @property
+    def noise_bytes_per_s(self) -> float:
+        """Noise achieved now (modelled bytes/s), with the G4 reads in flight plus one."""
+        if not self.noise_flows:
+            return 0.0
+        return self.params.g4_share(len(self.links["G4"]) + 1, self.noise_flows).noise_achieved
+
+    def set_noise_rate(self, modelled_bytes_per_s: float, flows: Sequence[float] | None = None) -> None:
+        """Noise offered now (modelled bytes/s), by `flows` (each one's rate; default: one flow)."""
+        offered = (
+            tuple(flows) if flows is not None else (modelled_bytes_per_s,) if modelled_bytes_per_s else ()
+        )
+
+        def change() -> None:
+            self.noise_flows = tuple(r for r in offered if r > 0)
+            self._g4_shares.clear()
+
+        self.links["G4"].reshare(change)
+
+    def _trace_noise(self, trace: Trace) -> None:
+        p, noise = self.params, self.noise_flows
+        trace.fabric_noise_bytes_per_s = self.noise_bytes_per_s
+        trace.noise_offered_bytes_per_s = float(sum(noise))
+        trace.noise_flows = len(noise)
+        trace.noise_link = p.noise_link
+        trace.g4_link_bytes_per_s = p.topology.cache_left(noise, p.contention)
+        trace.fabric_capacity_bytes_per_s = p.noise_link_capacity
 
     def update_tier_gauges(self) -> None:
         for t in self.cache.tiers:
@@ -291,7 +332,9 @@ class TieredEngine:
     async def _transfer(self, name: str, nbytes: float, pacer: Pacer) -> tuple[str, float, float]:
         """One stage: access latency, then the bytes on the tier's shared link. Returns
         (stage, real end, lag) so the caller can tell when the stage ended in the model."""
-        await pacer.sleep(self.params.tier(name).latency_s * self.params.time_scale)
+        p = self.params
+        latency = p.g4_latency_s(self.noise_flows) if name == "G4" else p.tier(name).latency_s
+        await pacer.sleep(latency * p.time_scale)
         await pacer.use(self.links[name], nbytes)
         return name, asyncio.get_running_loop().time(), pacer.lag
 
@@ -339,8 +382,7 @@ class TieredEngine:
             trace.tokens_from_tier = hit.tokens_by_tier()
             self.metrics.record_prompt(n, trace.tokens_from_tier, moved)
             trace.bytes_from_tier = {t: moved[t] for t in LOWER_TIERS}
-            trace.g4_link_bytes_per_s = self.links["G4"].core.capacity * self.params.time_scale
-            trace.fabric_capacity_bytes_per_s = self.params.fabric_capacity
+            self._trace_noise(trace)
             pacer = Pacer()
             t1 = time.perf_counter_ns()
             ends = await self._onboard(moved, pacer)
@@ -375,7 +417,7 @@ class FixedDelayEngine:
     def max_model_len(self) -> int:
         return self.profile.max_model_len
 
-    def set_noise_rate(self, modelled_bytes_per_s: float) -> None:
+    def set_noise_rate(self, modelled_bytes_per_s: float, flows: Sequence[float] | None = None) -> None:
         self.noise_bytes_per_s = modelled_bytes_per_s
 
     def reset(self, include_persistent: bool, tiers: Sequence[str] | None = None) -> bool:

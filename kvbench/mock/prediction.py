@@ -2,13 +2,14 @@
 
 The mock serves requests in real time; this replays the same model as a discrete-event
 simulation so a profile's throughput can be predicted (and tested) without running it: each
-request onboards its cached prefix from G4 (shared G4/fabric and host->GPU links, processor
-sharing with the fabric noise), then prefills on the shared GPU, then decodes.
+request onboards its cached prefix from G4 (G4 reads share the profile's topology with the noise
+flows, max-min fair per flow; host->GPU copies share PCIe), then prefills on the shared GPU, then decodes.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvbench.mock.timing import ModelParams, SharedResource
@@ -35,13 +36,20 @@ class _Shape:
 class _ClosedLoop:
     """One simulated run: events on a heap, GPU/G4/G2 as processor-sharing resources."""
 
-    def __init__(self, params: ModelParams, shape: _Shape, noise_bytes_per_s: float, warm_start: bool):
+    def __init__(self, params: ModelParams, shape: _Shape, noise: Sequence[float], warm_start: bool):
         self.p, self.shape = params, shape
         self.g4, self.g2 = params.tier("G4"), params.tier("G2")
-        fabric = min(self.g4.aggregate_bandwidth, params.fabric_available(noise_bytes_per_s))
+        shares: dict[int, float] = {}
+
+        def g4_rate(k: int) -> float:
+            if k not in shares:
+                shares[k] = params.g4_share(k, noise).cache_each
+            return shares[k]
+
+        self.g4_latency = params.g4_latency_s(noise)
         self.res = {
             "gpu": SharedResource(1.0, 1.0),
-            "G4": SharedResource(fabric, self.g4.read_bandwidth),
+            "G4": SharedResource(self.g4.aggregate_bandwidth, share=g4_rate),
             "G2": SharedResource(self.g2.aggregate_bandwidth, self.g2.read_bandwidth),
         }
         self.cached: set[int] = set(range(shape.prompts)) if warm_start else set()
@@ -71,7 +79,7 @@ class _ClosedLoop:
         self.start[req] = self.now
         if self.caching() and req % self.shape.prompts in self.cached:
             self.pending_parts[req] = 2
-            self.push(self.now + self.g4.latency_s, req, "g4_read")
+            self.push(self.now + self.g4_latency, req, "g4_read")
             self.push(self.now + self.g2.latency_s, req, "h2d_copy")
         else:
             self.use("gpu", req, self.p.prefill_s(self.shape.prompt_tokens, 0), "prefilled")
@@ -149,7 +157,7 @@ def predict_closed_loop(
     prompt_tokens: int = 120_000,
     output_tokens: int = 16,
     use_cache: bool = True,
-    noise_bytes_per_s: float = 0.0,
+    noise: Sequence[float] = (),
     warm_start: bool = False,
 ) -> ThroughputPrediction:
     """Virtual-time simulation of a closed-loop run (model seconds, no sleeping).
@@ -158,7 +166,8 @@ def predict_closed_loop(
     `warm_start` G4 already holds every prompt, as after a fill phase). Simplifications: a
     cached prompt's blocks become visible when its prefill ends (as in the server); only G4
     caches (`use_cache` False: everything is recomputed); decode is approximated per request as
-    its share of batched steps (a GPU job).
+    its share of batched steps (a GPU job). `noise`: each noise flow's offered rate (modelled
+    bytes/s), as the mock's fabric port models them.
     """
     shape = _Shape(requests, connections, prompts, prompt_tokens, output_tokens, use_cache)
-    return _ClosedLoop(params, shape, noise_bytes_per_s, warm_start).run()
+    return _ClosedLoop(params, shape, noise, warm_start).run()

@@ -14,10 +14,12 @@ Onboarding (a cached prefix that is not in GPU memory)
     only copied. The stages run as a pipeline, so
         onboard = max over stages (latency_s + bytes / rate) + one chunk / host->GPU bandwidth
     where a stage's rate is its share of the tier (processor sharing with a per-transfer
-    cap: each of k concurrent transfers gets min(read_bandwidth, aggregate / k)), and for
-    G4 the aggregate is min(storage aggregate, fabric capacity - measured noise, with a
-    floor of floor_fraction * capacity). Bytes of tokens s..e of a prefix are
-    ``kv_bytes(e) - kv_bytes(s)`` of the profile's KVGeometry (sliding_at_full as set).
+    cap: each of k concurrent transfers gets min(read_bandwidth, aggregate / k)). G4 reads
+    cross the profile's topology (kvbench.model.topology: storage, networks) beside the
+    noise flows: each of k reads gets its max-min fair share, capped at read_bandwidth, with
+    the noise at its offered rate per flow; contention knobs (default off) add latency under
+    load, storage-CPU slowdown and incast loss, scaled by the noise's load. Bytes of tokens
+    s..e of a prefix are ``kv_bytes(e) - kv_bytes(s)`` of the profile's KVGeometry (sliding_at_full as set).
     Fit: with G4 reads the slowest stage, the two published warm points give
         warm(n) - prefill(n, c) - tail = L4 + kv_bytes(c) / BW4
     two linear equations in L4 and 1/BW4, where c = floor((n-1)/block)*block is the
@@ -41,12 +43,16 @@ duplex and offload runs off the request path).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kvbench.mock.config import TIER_NAMES, Calibration, TieredProfile
 from kvbench.model import prefill as _prefill
 from kvbench.model.kv_geometry import PRESETS, KVGeometry
+from kvbench.model.topology import PRESETS as TOPOLOGIES
+from kvbench.model.topology import Contention, Share, Topology, two_links
+
+NoiseFlows = Sequence[float]  # offered rate of each noise flow, modelled bytes per model second
 
 
 def prefill_seconds(n: int, c: int, a: float, b: float) -> float:
@@ -79,24 +85,33 @@ class SharedResource:
 
     Each of the k jobs in progress advances at min(per_job_cap, capacity / k) units per time
     unit; whenever a job joins or leaves, or the capacity changes, the rates change and the
-    caller asks next_finish() again (event-driven).
+    caller asks next_finish() again (event-driven). `share`, when given, replaces that rule:
+    share(k) is each of k jobs' rate (a link of a topology, shared with noise flows).
     """
 
-    def __init__(self, capacity: float, per_job_cap: float | None = None) -> None:
+    def __init__(
+        self, capacity: float, per_job_cap: float | None = None, share: Callable[[int], float] | None = None
+    ) -> None:
         self.capacity = capacity
         self.per_job_cap = per_job_cap
+        self.share = share
         self._remaining: dict[int, float] = {}
         self._t = 0.0
 
     def __len__(self) -> int:
         return len(self._remaining)
 
-    def rate(self) -> float:
-        k = len(self._remaining)
-        if k == 0:
+    def rate_for(self, k: int) -> float:
+        """Each job's rate with k jobs in progress."""
+        if k <= 0:
             return 0.0
+        if self.share is not None:
+            return self.share(k)
         r = self.capacity / k
         return min(r, self.per_job_cap) if self.per_job_cap is not None else r
+
+    def rate(self) -> float:
+        return self.rate_for(len(self._remaining))
 
     def advance(self, now: float) -> None:
         dt = now - self._t
@@ -188,8 +203,8 @@ class ModelParams:
     decode_base_s: float
     hbm_bandwidth: float
     tiers: tuple[TierParams, ...]  # G1..G4
-    fabric_capacity: float
-    fabric_floor_fraction: float
+    topology: Topology  # the links G4 reads cross, and the noise's path
+    contention: Contention
     noise_scale: float
     time_scale: float
     onboard_chunk_tokens: int
@@ -225,24 +240,38 @@ class ModelParams:
     def decode_step_s(self, contexts: Iterable[int]) -> float:
         return self.decode_base_s + sum(self.kv_bytes(c) for c in contexts) / self.hbm_bandwidth
 
-    def fabric_available(self, noise_bytes_per_s: float) -> float:
-        c = self.fabric_capacity
-        return max(self.fabric_floor_fraction * c, c - noise_bytes_per_s)
+    @property
+    def noise_link(self) -> str | None:
+        """The link where the noise competes with G4 reads (None: their paths share none)."""
+        return self.topology.shared_link
 
-    def transfer_rate(self, name: str, concurrent: int = 1, noise_bytes_per_s: float = 0.0) -> float:
+    @property
+    def noise_link_capacity(self) -> float | None:
+        return self.topology.noise_link_capacity()
+
+    def g4_share(self, concurrent: int, noise: NoiseFlows = ()) -> Share:
+        """How `concurrent` G4 reads and the noise flows share the topology (max-min fair per flow)."""
+        return self.topology.share(concurrent, self.tier("G4").read_bandwidth, noise, self.contention)
+
+    def g4_latency_s(self, noise: NoiseFlows = ()) -> float:
+        """G4 access latency, plus latency under load (contention.loaded_latency_s x the noise's load)."""
+        extra = self.contention.loaded_latency_s
+        u = self.g4_share(1, noise).noise_load if extra and noise else 0.0
+        return self.tier("G4").latency_s + extra * u
+
+    def transfer_rate(self, name: str, concurrent: int = 1, noise: NoiseFlows = ()) -> float:
         """Bytes per model second each of `concurrent` transfers from tier `name` gets."""
-        t = self.tier(name)
-        aggregate = t.aggregate_bandwidth
         if name == "G4":
-            aggregate = min(aggregate, self.fabric_available(noise_bytes_per_s))
-        return min(t.read_bandwidth, aggregate / max(1, concurrent))
+            return self.g4_share(max(1, concurrent), noise).cache_each
+        t = self.tier(name)
+        return min(t.read_bandwidth, t.aggregate_bandwidth / max(1, concurrent))
 
     def chunk_tail_s(self, cached_tokens: int) -> float:
         chunk = min(self.onboard_chunk_tokens, cached_tokens)
         return self.range_bytes(0, chunk) / self.tier("G2").read_bandwidth if chunk > 0 else 0.0
 
     def onboard_s(
-        self, bytes_by_tier: dict[str, float], concurrent: int = 1, noise_bytes_per_s: float = 0.0
+        self, bytes_by_tier: dict[str, float], concurrent: int = 1, noise: NoiseFlows = ()
     ) -> float:
         """Onboarding time with `concurrent` identical transfers on every link (see docstring)."""
         stages = []
@@ -250,8 +279,9 @@ class ModelParams:
         for name in ("G3", "G4"):
             nbytes = bytes_by_tier.get(name, 0.0)
             if nbytes > 0:
-                rate = self.transfer_rate(name, concurrent, noise_bytes_per_s)
-                stages.append(self.tier(name).latency_s + nbytes / rate)
+                rate = self.transfer_rate(name, concurrent, noise)
+                latency = self.g4_latency_s(noise) if name == "G4" else self.tier(name).latency_s
+                stages.append(latency + nbytes / rate)
                 h2d += nbytes
         if h2d <= 0:
             return 0.0
@@ -263,10 +293,10 @@ class ModelParams:
     def cold_ttft_s(self, n: int) -> float:
         return self.prefill_s(n, 0)
 
-    def warm_ttft_s(self, n: int, tier: str = "G4", noise_bytes_per_s: float = 0.0) -> float:
+    def warm_ttft_s(self, n: int, tier: str = "G4", noise: NoiseFlows = ()) -> float:
         """TTFT of an n-token prompt alone whose cacheable prefix sits in `tier`."""
         c = self.cacheable_tokens(n)
-        onboard = 0.0 if tier == "G1" else self.onboard_s({tier: self.kv_bytes(c)}, 1, noise_bytes_per_s)
+        onboard = 0.0 if tier == "G1" else self.onboard_s({tier: self.kv_bytes(c)}, 1, noise)
         return onboard + self.prefill_s(n, c)
 
 
@@ -298,17 +328,19 @@ def derive_params(profile: TieredProfile) -> ModelParams:
         assert cal is not None  # the profile validator guarantees it
         pts = [(p.tokens, p.ttft_s) for p in cal.uncached]
         a, b = fit_prefill(pts[0], pts[1])
+    topology = _topology(profile)
     tiers = []
     for name in TIER_NAMES:
         t = profile.tiers.by_name(name)
         bw = t.read_bandwidth_bytes_per_s or 1.0  # G4 placeholder until fitted below
+        aggregate = t.aggregate_bandwidth_bytes_per_s or bw
         tiers.append(
             TierParams(
                 name=name,
                 enabled=t.enabled,
                 capacity_bytes=t.capacity_bytes,
                 read_bandwidth=bw,
-                aggregate_bandwidth=t.aggregate_bandwidth_bytes_per_s or bw,
+                aggregate_bandwidth=topology.cache_bandwidth if name == "G4" else aggregate,
                 latency_s=t.latency_s or 0.0,
             )
         )
@@ -321,8 +353,8 @@ def derive_params(profile: TieredProfile) -> ModelParams:
         decode_base_s=profile.gpu.decode_step_base_s,
         hbm_bandwidth=profile.gpu.hbm_bandwidth_bytes_per_s,
         tiers=tuple(tiers),
-        fabric_capacity=profile.fabric.capacity_bytes_per_s,
-        fabric_floor_fraction=profile.fabric.floor_fraction,
+        topology=topology,
+        contention=Contention(**profile.fabric.contention.model_dump()),
         noise_scale=profile.fabric.noise_scale,
         time_scale=profile.time_scale,
         onboard_chunk_tokens=profile.onboard_chunk_tokens,
@@ -340,7 +372,7 @@ def derive_params(profile: TieredProfile) -> ModelParams:
             enabled=g4.enabled,
             capacity_bytes=g4.capacity_bytes,
             read_bandwidth=bw,
-            aggregate_bandwidth=g4.aggregate_bandwidth_bytes_per_s or bw,
+            aggregate_bandwidth=topology.cache_bandwidth,
             latency_s=latency,
         )
         params = _replace_tier(params, fitted)
@@ -352,6 +384,21 @@ def derive_params(profile: TieredProfile) -> ModelParams:
             if params.transfer_rate("G4") < bw * (1 - 1e-9) or h2d_stage > g4_stage:
                 raise ValueError("calibration: fitted G4 read is not the bottleneck; the fit does not apply")
     return params
+
+
+def _topology(profile: TieredProfile) -> Topology:
+    """The profile's topology preset, or its storage (G4 aggregate) behind one fabric link."""
+    f = profile.fabric
+    if f.topology is not None:
+        return TOPOLOGIES[f.topology]
+    g4 = profile.tiers.G4
+    storage = g4.aggregate_bandwidth_bytes_per_s or g4.read_bandwidth_bytes_per_s or float("inf")
+    assert f.capacity_bytes_per_s is not None  # the fabric validator guarantees it
+    if storage == float("inf"):  # G4 bandwidth still to be fitted: the fabric alone bounds the storage
+        storage = f.capacity_bytes_per_s
+    return two_links(
+        profile.name, storage, f.capacity_bytes_per_s, f"{profile.name}: storage behind one link"
+    )
 
 
 def _replace_tier(params: ModelParams, tier: TierParams) -> ModelParams:

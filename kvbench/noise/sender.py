@@ -9,6 +9,10 @@ below (no asyncio, whose ssl import costs ~0.1 s per process, no pydantic, nothi
 `kvbench/__init__.py` and `kvbench/noise/__init__.py` are kept import-free for it), so a sender
 connects ~25 ms after it is spawned. Keep it that way: a test checks what it imports.
 
+`--declare RATE` first sends the line `KVBNOISE RATE` (modelled bytes/s): the mock's fabric port then
+models this flow at RATE and its real bytes only confirm it is on (kvbench.mock.fabric); any other
+sink discards the line with the rest.
+
 Protocol on stdout, one line each: `connected` | `error MESSAGE` | a cumulative byte count
 (every SENDER_REPORT_S and once at the end). On stdin: `go` starts sending; EOF (or any other line)
 stops it.
@@ -26,7 +30,9 @@ import time
 SENDER_REPORT_S = 0.05  # a sender reports its byte count this often
 
 
-def _send_main(host: str, port: int, chunk_bytes: int, rate: float, max_duration_s: float) -> int:
+def _send_main(
+    host: str, port: int, chunk_bytes: int, rate: float, max_duration_s: float, declare: float = 0.0
+) -> int:
     """Stream zeros to host:port until stdin closes (or says anything more), max_duration_s passes or the
     sink goes away. Prints `connected`, waits for `go` on stdin, then prints its cumulative byte count
     every SENDER_REPORT_S and at the end."""
@@ -43,6 +49,8 @@ def _send_main(host: str, port: int, chunk_bytes: int, rate: float, max_duration
     sent = 0
     rc = 0
     try:
+        if declare > 0:
+            sock.sendall(f"KVBNOISE {declare!r}\n".encode("ascii"))
         sock.settimeout(0.2)
         print("connected", file=out, flush=True)
         # wait for "go" (all senders connected); EOF instead means stop before starting
@@ -102,10 +110,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m kvbench.noise.sen
     ap.add_argument("--chunk-bytes", type=int, default=262_144)
     ap.add_argument("--rate", type=float, default=0.0, help="bytes/s for this sender; 0 = unlimited")
     ap.add_argument("--max-duration", type=float, default=3600.0)
+    ap.add_argument("--declare", type=float, default=0.0, help="offered rate to declare (modelled bytes/s)")
     args = ap.parse_args(argv)
     if args.chunk_bytes <= 0 or args.max_duration <= 0:
         ap.error("--chunk-bytes and --max-duration must be positive")
-    return _send_main(args.host, args.port, args.chunk_bytes, args.rate, args.max_duration)
+    return _send_main(args.host, args.port, args.chunk_bytes, args.rate, args.max_duration, args.declare)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ loop). The sinks are `kvbench noise sink` on any machine, or the mock's fabric p
 the bytes it receives into slower cache transfers. All senders connect first, then start together
 on `go`; their cumulative byte counts are sampled once a second into per-sender and total rows;
 they stop on EOF on stdin, then SIGTERM, then SIGKILL (process.py).
+
+Against the embedded mock's fabric port (no targets named) with a rate, each sender declares its
+share of `rate_bytes_per_s` as its offered rate (modelled bytes/s: the mock models the flow at it)
+and sends only MODEL_CONFIRM_BYTES_PER_S of real bytes to confirm it is on, so the modelled noise
+does not depend on how many bytes the host's spare CPU can push. Without a rate the senders run
+unthrottled and the mock counts their real bytes times its noise scale.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
     from kvbench.scenario import TcpNoise
 
 SAMPLE_INTERVAL_S = 1.0
+MODEL_CONFIRM_BYTES_PER_S = 1e6  # real bytes per sender that confirm a declared flow to the mock
 SENDER_CONNECT_TIMEOUT_S = 15.0  # spawn + import + connect, on a loaded 2-core box
 
 
@@ -54,6 +61,8 @@ class TcpNoiseBackend(ProcessNoise):
 
     def __init__(self, cfg: TcpNoise, ctx: NoiseContext) -> None:
         targets = list(cfg.targets) or list(ctx.default_targets)
+        # no targets named: the embedded mock's fabric port, a model that takes a declared rate
+        self.modelled = not cfg.targets and bool(ctx.default_targets)
         if not targets:
             raise UsageError("noise.targets: the tcp noise generator needs an explicit target (host:port)")
         self.targets = [split_host_port(t, None, "noise.targets") for t in targets]
@@ -82,6 +91,8 @@ class TcpNoiseBackend(ProcessNoise):
     async def _start(self) -> None:
         cfg = self.cfg
         per_sender = cfg.rate_bytes_per_s / cfg.senders if cfg.rate_bytes_per_s else 0.0
+        declare = per_sender if self.modelled else 0.0
+        real = min(per_sender, MODEL_CONFIRM_BYTES_PER_S) if declare else per_sender
         env = dict(os.environ)
         pkg_root = str(Path(__file__).resolve().parents[2])  # the directory that holds kvbench/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
@@ -98,7 +109,9 @@ class TcpNoiseBackend(ProcessNoise):
                 "--chunk-bytes",
                 str(cfg.chunk_bytes),
                 "--rate",
-                repr(per_sender),
+                repr(real),
+                "--declare",
+                repr(declare),
                 "--max-duration",
                 repr(cfg.max_duration_s),
                 stdin=asyncio.subprocess.PIPE,

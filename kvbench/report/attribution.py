@@ -72,7 +72,16 @@ class PhaseAttribution(_Model):
         description="onboarding request-seconds by the link on the critical path (fabric, disk, pcie)",
     )
     noise_bytes_per_s: float | None = Field(
-        None, description="competing traffic at the resource while the requests ran (mock: modelled)"
+        None,
+        description="competing traffic achieved at the resource while the requests ran (mock: modelled, "
+        "never above a link's capacity)",
+    )
+    noise_offered_bytes_per_s: float | None = Field(
+        None, description="competing traffic offered while the requests ran (mock: modelled), mean"
+    )
+    noise_flows: int | None = Field(None, description="noise flows while the requests ran (mock), most seen")
+    noise_link: str | None = Field(
+        None, description="the link the noise shared with the cache reads (mock: its topology's)"
     )
     capacity_bytes_per_s: float | None = Field(None, description="the resource's capacity, when known")
     left_bytes_per_s: float | None = Field(
@@ -109,6 +118,12 @@ def ground_truth_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "gt_prefill_ms": float(r.get("prefill_ms") or 0.0),
             "gt_onboard_ms": onboard,
             "gt_noise_bytes_per_s": float(r.get("fabric_noise_bytes_per_s") or 0.0),
+            # a ground truth from before offered and achieved were two numbers: the one it has
+            "gt_noise_offered_bytes_per_s": float(
+                r.get("noise_offered_bytes_per_s", r.get("fabric_noise_bytes_per_s")) or 0.0
+            ),
+            "gt_noise_flows": int(r.get("noise_flows") or 0),
+            "gt_noise_link": r.get("noise_link"),
             "gt_fabric_bytes_per_s": r.get("fabric_capacity_bytes_per_s"),
             "gt_g4_link_bytes_per_s": r.get("g4_link_bytes_per_s"),
             "gt_has_links": bool(r.get("onboard_ms_by_link")) or onboard <= 0,
@@ -149,6 +164,9 @@ def attribute_requests(requests: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFr
         out[f"link_{link}"] = j[f"gt_link_{link}_ms"]
     out["has_links"] = j["gt_has_links"]
     out["noise_bytes_per_s"] = j["gt_noise_bytes_per_s"]
+    out["noise_offered_bytes_per_s"] = j["gt_noise_offered_bytes_per_s"]
+    out["noise_flows"] = j["gt_noise_flows"]
+    out["noise_link"] = j["gt_noise_link"]
     out["capacity_bytes_per_s"] = j["gt_fabric_bytes_per_s"]
     out["left_bytes_per_s"] = j["gt_g4_link_bytes_per_s"]
     return out.reset_index(drop=True)
@@ -199,6 +217,9 @@ def from_ground_truth(per_request: pd.DataFrame) -> list[PhaseAttribution]:
                 comps,
                 links_s=links,
                 noise_bytes_per_s=float(g["noise_bytes_per_s"].mean()),
+                noise_offered_bytes_per_s=float(g["noise_offered_bytes_per_s"].mean()),
+                noise_flows=int(g["noise_flows"].max()),
+                noise_link=next((str(v) for v in g["noise_link"].dropna()), None),
                 capacity_bytes_per_s=float(cap.iloc[0]) if len(cap) else None,
                 left_bytes_per_s=float(left.mean()) if len(left) else None,
                 notes=notes,

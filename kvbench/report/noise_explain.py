@@ -5,7 +5,12 @@ storage, G3/G4 reads), the share of request time spent onboarding from the tiers
 (`attribution`), and how much of that resource the noise used (achieved bytes/s over the
 resource's capacity, when known: the mock's ground truth states its fabric, a user states theirs
 in `test.noisy.capacity_bytes_per_s`). When that share is small, the explanation says plainly that
-the noise could not have mattered much, with the numbers. Pure: attributions in, a model out.
+the noise could not have mattered much, with the numbers. Offered and achieved are two numbers:
+the mock models each noise flow at its offered rate and shares the links max-min fair per flow
+(kvbench.model.topology), so what the noise achieves never exceeds a capacity. Where the noise
+left the cache reads all the bandwidth they had without it, bandwidth alone predicts no slowdown:
+the explanation says so and names what else could cost one (topology.OTHER_MECHANISMS, each a
+mock knob). Pure: attributions in, a model out.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvbench.model.topology import OTHER_MECHANISMS
 from kvbench.report.attribution import COMPONENT_TEXT, PhaseAttribution, pooled_shares
 
 # What each noise kind competes for, and the tiers whose reads cross that resource.
@@ -23,6 +29,7 @@ NOISE_RESOURCE: dict[str, tuple[str, tuple[str, ...]]] = {
     "fio": ("storage", ("G3", "G4")),
 }
 SMALL_SHARE = 0.10  # below this share of request time, noise on the resource cannot matter much
+LEFT_ALL = 0.99  # the noise left the cache reads at least this share of their quiet bandwidth: all of it
 
 
 class _Model(BaseModel):
@@ -43,6 +50,9 @@ class NoiseExplanation(_Model):
     )
     quiet_top: str | None = Field(None, description="largest component of the quiet phases")
     noise_bytes_per_s: float | None = Field(None, description="noise achieved at the resource, B/s")
+    noise_offered_bytes_per_s: float | None = Field(None, description="noise offered, B/s (mock: modelled)")
+    noise_flows: int | None = Field(None, description="noise flows (mock)")
+    noise_link: str | None = Field(None, description="the link the noise shared with the cache reads (mock)")
     noise_where: str = Field(description="how the achieved rate was measured")
     capacity_bytes_per_s: float | None = Field(None, description="the resource's capacity, B/s")
     utilisation: float | None = Field(None, description="noise_bytes_per_s / capacity_bytes_per_s")
@@ -50,6 +60,16 @@ class NoiseExplanation(_Model):
     noisy_left_bytes_per_s: float | None = Field(None, description="bandwidth the noise left the reads")
     could_matter: bool | None = Field(
         None, description="False when the quiet share is below SMALL_SHARE: the noise could not matter much"
+    )
+    bandwidth_predicts_drop: bool | None = Field(
+        None,
+        description="False when the noise left the cache reads all the bandwidth they had quiet: "
+        "bandwidth alone predicts no slowdown",
+    )
+    other_mechanisms: list[str] = Field(
+        default_factory=list,
+        description="what else could cost a slowdown, each with the mock knob that models it "
+        "(when bandwidth alone predicts none)",
     )
     sentence: str = Field(description="the explanation in words, with the numbers")
 
@@ -121,9 +141,23 @@ def explain_noise(
     cap = caps[0] if caps else capacity_bytes_per_s
     q_left = [p.left_bytes_per_s for p in q if p.left_bytes_per_s]
     n_left = [p.left_bytes_per_s for p in n if p.left_bytes_per_s]
+    q_left_mean = sum(q_left) / len(q_left) if q_left else None
+    n_left_mean = sum(n_left) / len(n_left) if n_left else None
     util = rate / cap if rate is not None and cap else None
     could = None if q_share is None else q_share >= SMALL_SHARE
+    offered = [p.noise_offered_bytes_per_s for p in n if p.noise_offered_bytes_per_s]
+    predicts = None
+    if q_left_mean and n_left_mean is not None:
+        predicts = n_left_mean < LEFT_ALL * q_left_mean
+    others = [f"{name} ({knob})" for name, knob, _ in OTHER_MECHANISMS] if predicts is False else []
     sentence = _sentence(resource, tiers, q_share, n_share, q_bound, top, qs, rate, cap, util)
+    if predicts is False:
+        sentence += (
+            f" The noise left the cache reads all the bandwidth they had without it ({_gbps(n_left_mean)}): "
+            "bandwidth alone predicts no slowdown. What else could cost one (mock knobs, off by default): "
+            + "; ".join(f"{name} ({knob}): {what}" for name, knob, what in OTHER_MECHANISMS)
+            + "."
+        )
     return NoiseExplanation(
         resource=resource,
         tiers=list(tiers),
@@ -134,12 +168,17 @@ def explain_noise(
         noisy_bound_share=n_bound,
         quiet_top=top,
         noise_bytes_per_s=rate,
+        noise_offered_bytes_per_s=sum(offered) / len(offered) if offered else None,
+        noise_flows=max((p.noise_flows or 0 for p in n), default=0) or None,
+        noise_link=next((p.noise_link for p in n if p.noise_link), None),
         noise_where=where,
         capacity_bytes_per_s=cap,
         utilisation=util,
-        quiet_left_bytes_per_s=sum(q_left) / len(q_left) if q_left else None,
-        noisy_left_bytes_per_s=sum(n_left) / len(n_left) if n_left else None,
+        quiet_left_bytes_per_s=q_left_mean,
+        noisy_left_bytes_per_s=n_left_mean,
         could_matter=could,
+        bandwidth_predicts_drop=predicts,
+        other_mechanisms=others,
         sentence=sentence,
     )
 

@@ -99,11 +99,16 @@ def bottleneck_line(x: NoiseExplanation | None, attribution: Sequence[PhaseAttri
 def noise_line(x: NoiseExplanation | None) -> str:
     if x is None or x.noise_bytes_per_s is None:
         return "noise achieved: not measured"
-    line = f"noise achieved: {_gbps(x.noise_bytes_per_s)} on the {x.resource} ({x.noise_where}), "
+    where = f"the {x.noise_link}" if x.noise_link else f"the {x.resource}"
+    line = f"noise achieved: {_gbps(x.noise_bytes_per_s)}"
+    if x.noise_offered_bytes_per_s:
+        flows = f" by {x.noise_flows} flows" if x.noise_flows else ""
+        line += f" of {_gbps(x.noise_offered_bytes_per_s)} offered{flows}"
+    line += f" on {where} ({x.noise_where}), "
     util = x.utilisation
     if x.capacity_bytes_per_s and util is not None:
         share = f"{util:.3g}x" if util >= 1.5 else _pct(100 * util)
-        line += f"{share} its {_gbps(x.capacity_bytes_per_s)} capacity"
+        line += f"{share} of its {_gbps(x.capacity_bytes_per_s)} capacity"
         line += " (saturated)" if util >= 1 else ""
     else:
         line += "capacity unknown (set test.noisy.capacity_bytes_per_s)"
@@ -112,6 +117,9 @@ def noise_line(x: NoiseExplanation | None) -> str:
             f"; cache reads were left {_gbps(x.noisy_left_bytes_per_s)} "
             f"(quiet: {_gbps(x.quiet_left_bytes_per_s)})"
         )
+    if x.bandwidth_predicts_drop is False:
+        names = ", ".join(m.split(" (")[0] for m in x.other_mechanisms)
+        line += f": bandwidth alone predicts no slowdown (else: {names}; mock knobs fabric.contention.*)"
     return line
 
 

@@ -38,7 +38,11 @@ class TcpNoise(Placed):
     )
     senders: int = Field(4, gt=0, le=64, description="Parallel sender processes (the published test used 4).")
     rate_bytes_per_s: float | None = Field(
-        None, gt=0, description="Target total rate; absent = as fast as possible."
+        None,
+        gt=0,
+        description="Total offered rate, bytes/s (the senders are rate-controlled); absent = as fast as "
+        "possible. Against the embedded mock's fabric port it is the modelled offered load: each sender "
+        "declares its share and sends only a few real bytes to confirm it.",
     )
     chunk_bytes: int = Field(262_144, gt=0, le=64 * 1024 * 1024, description="Bytes per send call.")
     max_duration_s: float = Field(3600.0, gt=0, description="Hard stop for the generator.")

@@ -2,17 +2,20 @@
 went, and the noise achieved, each checked against the mock's ground truth.
 
 Sizing, so that a loaded 2-core machine cannot turn the result (the point of these tests): the
-mock counts every real byte on its fabric port as 1e5 modelled bytes (fabric.noise_scale), so a
-throttled single sender (20 MB/s, little CPU) always saturates the modelled 80 GB/s fabric; the
-fabric then leaves G4 reads its floor (fabric.floor_fraction 0.01: 0.8 GB/s instead of 80). In the
-filled reading that makes a noisy phase about 20x the modelled time of a quiet one, at a time scale
-(0.06) where a noisy phase lasts ~1.3 s: CPU jitter of tens of ms cannot close that gap. The
-empty-cache variant runs 120k-token prompts whose prefill (~28 modelled s each) dwarfs every read,
-at the profile's own floor (0.1), so the model itself says the noise has nothing to slow; its
+noise is the shipped one, 4 flows offering the published 200 GB/s; each sender declares its share
+to the mock's fabric port and sends ~1 MB/s of real bytes to confirm it, so the modelled noise does
+not depend on the host's spare CPU. On the published topology (kvbench.model.topology) that noise
+fits beside the cache reads: bandwidth alone predicts no slowdown, and the tests assert that from
+the mock's ground truth. The filled reading turns on one contention knob (latency under load,
+fabric.contention.loaded_latency_s: +1.3 s per G4 read at the published load) so that a noisy phase
+is several times the modelled time of a quiet one, at a time scale (0.06) where CPU jitter of tens
+of ms cannot close that gap. The empty-cache variant runs 120k-token prompts whose prefill (~28
+modelled s each) dwarfs every read, so the model itself says the noise has nothing to slow; its
 min_effect_pct states the resolution of a timed phase on a busy 2-core machine (see there).
 
 The shipped default (`kvbench run throughput --noisy`) is run as shipped too, at its own pace and
-noise, with fewer prompts: there the model's ~4x and the mock's CPU to spare are what hold.
+noise, with fewer prompts: there the ground truth must show the offered 200 GB/s achieved in full,
+within the storage's capacity, and the cache reads left all they had.
 """
 
 from pathlib import Path
@@ -26,8 +29,8 @@ from kvbench.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
 
-NOISE = {"noise": {"kind": "tcp", "senders": 1, "rate_bytes_per_s": 2e7}}
-SATURATING = {"time_scale": 0.06, "fabric.noise_scale": 1e5, "fabric.floor_fraction": 0.01}
+NOISE = {"noise": {"kind": "tcp", "senders": 4, "rate_bytes_per_s": 2e11}}  # as shipped
+SATURATING = {"time_scale": 0.06, "fabric.contention.loaded_latency_s": 2.0}
 FILLED = {
     "prompts.count": 4,
     "prompts.lengths": [30000],
@@ -99,8 +102,13 @@ async def test_default_noisy_run_is_slower_with_an_interval_and_bound_by_g4_onbo
     assert all(a.shares["onboard_G4"] > 0.5 for a in noisy), [a.shares for a in noisy]
     x = s.noise_explained
     assert x is not None and x.resource == "fabric" and x.could_matter is True
-    assert x.noisy_share > 0.5 and x.noise_bytes_per_s > x.capacity_bytes_per_s == 8e10
-    assert x.noisy_left_bytes_per_s < 0.2 * x.quiet_left_bytes_per_s  # G4 reads got the floor
+    assert x.noisy_share > 0.5 and x.noise_link == "storage_read"
+    # offered and achieved are two numbers, and no link carries more than its capacity
+    assert x.noise_offered_bytes_per_s == pytest.approx(2e11) and x.noise_flows == 4
+    assert x.noise_bytes_per_s <= x.capacity_bytes_per_s == 3.15e11
+    # the slowdown is the knob's (latency under load), not bandwidth: the reads kept theirs
+    assert x.noisy_left_bytes_per_s == x.quiet_left_bytes_per_s == 8e10
+    assert x.bandwidth_predicts_drop is False and len(x.other_mechanisms) == 3
     check_attribution_against_ground_truth(run_dir, s)
     from kvbench.report.noise_report import console_lines
 
@@ -117,7 +125,7 @@ async def test_empty_cache_variant_is_prefill_bound_with_no_distinguishable_effe
             "prompts.lengths": [120000],
             "load.requests": 24,
             "load.concurrency": 4,
-            "target.mock_overrides": {"time_scale": 0.01, "fabric.noise_scale": 1e5},
+            "target.mock_overrides": {"time_scale": 0.01},
             "test.noisy.enabled": True,
             "test.noisy.cache_start": "cold",
             "test.noisy.settle_s": 0.6,
@@ -143,24 +151,37 @@ async def test_empty_cache_variant_is_prefill_bound_with_no_distinguishable_effe
     check_attribution_against_ground_truth(run_dir, s)
 
 
-async def test_shipped_default_noisy_scenario_shows_the_effect_bound_by_g4_onboarding(tmp_path):
+async def test_shipped_default_noisy_scenario_offers_the_published_noise_and_says_bandwidth_cannot_cost(
+    tmp_path,
+):
     """`kvbench run throughput --noisy` as shipped: its pace (test.noisy.mock_overrides, time scale
     0.02), prompt sizes, 28 connections, each prompt replayed twice per phase, 6 ABBA pairs and the
-    unthrottled 4-sender noise; only fewer prompts and requests (28 and 56, not 100 and 200) for CI
-    time. The model predicts a noisy phase ~4x a quiet one (G4 reads left 8 of 80 GB/s); the mock's
-    CPU must not be what bounds the phases, so the interval excludes zero by a wide margin."""
+    published noise (4 flows offering 200 GB/s); only fewer prompts and requests (28 and 56, not 100
+    and 200) for CI time. Asserted on the model's ground truth, not on wall clocks: every noisy
+    request saw 200 GB/s offered and achieved, within the storage's 315 GB/s, and the cache reads
+    left their 80 GB/s, so the report says bandwidth alone predicts no slowdown and names the rest."""
     run_dir, s = await run(tmp_path, **{"test.noisy.enabled": True, "prompts.count": 28, "load.requests": 56})
     assert read_manifest(run_dir)["target"]["mock_time_scale"] == 0.02  # the scenario's noisy pace
     e = s.noise_effect
     assert e is not None and e.pairs == 6 and e.balanced
-    assert e.verdict == "slower" and e.time_change_ci_pct[0] > 50.0, e.sentence
-    assert "distinguishable from zero" in e.sentence
-    for a in s.attribution:
-        if a.label == "noisy":  # G4 onboarding is the largest share of a noisy phase's time
-            assert max(a.shares, key=a.shares.get) == "onboard_G4" and a.shares["onboard_G4"] > 0.5, a.shares
+    gt = read_jsonl(run_dir / "mock_ground_truth.jsonl")
+    noisy = [t for t in gt if "-noisy-" in t["request_id"]]
+    quiet = [t for t in gt if "-quiet-" in t["request_id"]]
+    assert len(noisy) == len(quiet) == 6 * 56
+    for t in noisy:
+        assert t["noise_flows"] == 4 and t["noise_offered_bytes_per_s"] == pytest.approx(2e11)
+        assert t["fabric_noise_bytes_per_s"] == pytest.approx(2e11)
+        assert t["fabric_noise_bytes_per_s"] <= t["fabric_capacity_bytes_per_s"] == 3.15e11
+        assert t["noise_link"] == "storage_read" and t["g4_link_bytes_per_s"] == pytest.approx(8e10)
+    assert all(t["noise_flows"] == 0 and t["g4_link_bytes_per_s"] == pytest.approx(8e10) for t in quiet)
     x = s.noise_explained
-    assert x is not None and x.resource == "fabric" and x.could_matter is True
-    assert x.noisy_share > 0.5
+    assert x is not None and x.resource == "fabric" and x.bandwidth_predicts_drop is False
+    assert "bandwidth alone predicts no slowdown" in x.sentence
+    from kvbench.report.noise_report import console_lines
+
+    lines = console_lines(s)
+    assert "200 GB/s of 200 GB/s offered by 4 flows on the storage_read" in lines[2], lines[2]
+    assert "63% of its 315 GB/s capacity" in lines[2] and "bandwidth alone predicts no slowdown" in lines[2]
     # a 56-request quiet phase lasts ~0.15 s: one stall of the busy 2-core machine (measured: ~0.1 s
     # while the whole suite ran beside other work) is a large share of it, so the model's share of
     # the time is checked at 0.5 here (the shipped 200-request phases measured 0.91-0.96)

@@ -1,4 +1,6 @@
-"""The pure timing model: calibration, processor sharing, fabric noise, predictions."""
+"""The pure timing model: calibration, processor sharing, noise on the topology, predictions."""
+
+from dataclasses import replace
 
 import pytest
 
@@ -42,7 +44,7 @@ def test_ibm_g4_fit_is_physical(g4):
     assert g4.prefill_a > 0 and g4.prefill_b > 0
     g4t = g4.tier("G4")
     assert 0 < g4t.latency_s < 0.193
-    assert 1e9 < g4t.read_bandwidth < g4.fabric_capacity
+    assert 1e9 < g4t.read_bandwidth < g4.topology.cache_bandwidth == 80e9
     # 825 GB for 24 M tokens: the geometry without full-size sliding layers fits it
     assert g4.geometry.bytes_per_token(False) * 24e6 / 2**30 == pytest.approx(825, rel=0.01)
 
@@ -84,15 +86,55 @@ def test_per_transfer_cap_until_the_aggregate_is_shared():
     assert res.rate() == pytest.approx(100.0 / 20)
 
 
-def test_fabric_noise_slows_g4_onboarding(g4):
+PUBLISHED_NOISE = [50e9] * 4  # 200 GB/s offered by 4 clients
+
+
+def test_published_noise_leaves_g4_reads_their_bandwidth(g4):
+    """On the published topology the noise shares only the storage (315 GB/s) with the reads, and
+    200 GB/s + the client's 80 GB/s fit: bandwidth alone predicts no slowdown."""
     c = g4.cacheable_tokens(130_000)
     moved = {"G4": g4.kv_bytes(c)}
-    quiet = g4.onboard_s(moved, concurrent=28)
-    noisy = g4.onboard_s(moved, concurrent=28, noise_bytes_per_s=60e9)
-    assert noisy > 2 * quiet
-    assert g4.warm_ttft_s(130_000, noise_bytes_per_s=200e9) > g4.warm_ttft_s(130_000)
-    # the floor keeps G4 reads moving under any noise
-    assert g4.fabric_available(1e15) == pytest.approx(g4.fabric_floor_fraction * g4.fabric_capacity)
+    assert g4.onboard_s(moved, 28, PUBLISHED_NOISE) == pytest.approx(g4.onboard_s(moved, 28))
+    share = g4.g4_share(28, PUBLISHED_NOISE)
+    assert share.noise_achieved == pytest.approx(200e9) and share.cache_total == pytest.approx(80e9)
+    assert g4.noise_link == "storage_read" and g4.noise_link_capacity == 315e9
+
+
+def test_noise_achieves_at_most_a_capacity_and_slows_reads_only_past_their_fair_share(g4):
+    c = g4.cacheable_tokens(130_000)
+    moved = {"G4": g4.kv_bytes(c)}
+    huge = [1e15] * 4  # offered far beyond any link
+    share = g4.g4_share(28, huge)
+    assert share.noise_achieved <= g4.noise_link_capacity * (1 + 1e-9)
+    assert all(load <= g4.topology.capacity(n) * (1 + 1e-9) for n, load in share.link_load.items())
+    # 4 flows beside 28 reads of 80/28 GB/s each: fair share 315/32 > 80/28, the reads keep theirs
+    assert share.cache_total == pytest.approx(80e9)
+    # beside 400 noise flows the fair share (315/428 GB/s) is below what each read asks: slower
+    crowd = [1e15] * 400
+    assert g4.onboard_s(moved, 28, crowd) > 2 * g4.onboard_s(moved, 28)
+
+
+def test_laptop_noise_shares_its_one_link(tmp_path):
+    laptop = derive_params(load_profile("laptop"))
+    assert laptop.noise_link == "fabric" and laptop.noise_link_capacity == 1.25e9
+    one = laptop.g4_share(1, [10e9])
+    assert one.cache_each == pytest.approx(1.25e9 / 2) and one.noise_achieved == pytest.approx(1.25e9 / 2)
+
+
+@pytest.mark.parametrize(
+    "knob", [{"loaded_latency_s": 0.5}, {"storage_cpu_slowdown": 0.6}, {"incast_loss": 0.9}]
+)
+def test_each_contention_knob_is_off_by_default_and_slows_noisy_reads(g4, knob):
+    from kvbench.model.topology import Contention
+
+    assert not g4.contention.active
+    c = g4.cacheable_tokens(130_000)
+    moved = {"G4": g4.kv_bytes(c)}
+    on = replace(g4, contention=Contention(**knob))
+    # incast cuts the client link: it shows once many reads fill it (past PCIe's 50 GB/s)
+    concurrent = 28 if "incast_loss" in knob else 1
+    assert on.onboard_s(moved, concurrent) == pytest.approx(g4.onboard_s(moved, concurrent))  # quiet
+    assert on.onboard_s(moved, concurrent, PUBLISHED_NOISE) > 1.1 * g4.onboard_s(moved, concurrent)
 
 
 def test_closed_loop_prediction_cached_beats_baseline(g4):
@@ -102,10 +144,10 @@ def test_closed_loop_prediction_cached_beats_baseline(g4):
     assert cached.requests_per_s > baseline.requests_per_s
     # the GPU is shared, so 200 full prefills take about 200 x one prefill
     assert baseline.total_s == pytest.approx(200 * g4.prefill_s(120_000, 0), rel=0.05)
-    noisy = predict_closed_loop(g4, use_cache=True, noise_bytes_per_s=200e9)
-    assert noisy.total_s >= cached.total_s
-    # with G4 filled beforehand, the run is bound by G4 reads, and noise on the fabric shows
+    noisy = predict_closed_loop(g4, use_cache=True, noise=PUBLISHED_NOISE)
+    assert noisy.total_s == pytest.approx(cached.total_s)  # the published noise fits the topology
+    # with G4 filled beforehand, noise shows only where it takes the reads' share: 400 flows
     warm = predict_closed_loop(g4, warm_start=True)
-    warm_noisy = predict_closed_loop(g4, warm_start=True, noise_bytes_per_s=40e9)
+    warm_noisy = predict_closed_loop(g4, warm_start=True, noise=[1e12] * 400)
     assert warm.requests_per_s > 10 * cached.requests_per_s
     assert warm_noisy.total_s > 1.1 * warm.total_s
