@@ -45,7 +45,13 @@ def _hit_rate(a: TraceAnalysis, path: Path, name: str) -> Path:
     fig, ax = _figure()
     ws = a.working_set
     t = [w["start_s"] / 60.0 for w in ws]
-    ax.plot(t, [100 * w["ideal_hit_blocks"] / max(w["blocks"], 1) for w in ws], label="ideal (unbounded)")
+    ax.plot(
+        t,
+        [100 * w["ideal_hit_blocks"] / max(w["blocks"], 1) for w in ws],
+        label="ideal (unbounded)",
+        marker="o",
+        ms=3,
+    )
     if a.lru is not None:
         ax.plot(
             t, [100 * w["lru_hit_blocks"] / max(w["blocks"], 1) for w in ws], label=f"LRU ({a.lru.source})"

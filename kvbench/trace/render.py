@@ -70,7 +70,8 @@ def _working_line(a: TraceAnalysis, block_bytes: float | None) -> str:
         return "working set      empty trace"
     peak = max(a.working_set, key=lambda w: w["unique_blocks"])
     size = f" ({_bytes(peak['unique_blocks'] * block_bytes)})" if block_bytes else ""
+    n = len(a.working_set)
     return (
-        f"working set      {len(a.working_set)} windows of {a.window_s:g} s; peak {peak['unique_blocks']:,} "
-        f"unique blocks{size} at {peak['start_s']:,.0f} s"
+        f"working set      {n} window{'s' if n != 1 else ''} of {a.window_s:g} s; "
+        f"peak {peak['unique_blocks']:,} unique blocks{size} at {peak['start_s']:,.0f} s"
     )
