@@ -4,10 +4,10 @@
     cold TTFT = c0 + a * n + c * n^2        (prefill, n = prompt tokens)
 
 The KV bytes of a prompt need the model's geometry: from the run's mock profile
-(``target.mock_profile`` names a shipped profile, whose ``geometry`` is a preset;
-older manifests may hold the profile itself), else the ``--geometry`` preset given
+(``target.mock_profile`` names a shipped profile, whose ``geometry`` is a preset),
+else the ``--geometry`` preset given
 by the user, else the target model name when it matches a preset; without one the
-warm fit is per token. The manifest is read through `report.manifest`.
+warm fit is per token. The run is read through `report.manifest` (the typed record).
 Values at lengths outside the measured range are marked as extrapolations.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvbench.model.geometry import geometry_for_target
@@ -28,17 +27,14 @@ if TYPE_CHECKING:
 EXTRAPOLATE_TO = (30_000, 60_000, 130_000, 200_000)
 
 
-def geometry_for_run(
-    manifest: RunManifest | dict[str, Any], preset: str | None = None
-) -> tuple[KVGeometry | None, str]:
+def geometry_for_run(run: RunManifest, preset: str | None = None) -> tuple[KVGeometry | None, str]:
     """The run's KV geometry and where it came from (None, "tokens" when unknown).
 
     Reading the run (which mock profile, which model) is `report.manifest`'s job; turning that
     into a geometry is `kvbench.model.geometry`'s.
     """
-    run = manifest if isinstance(manifest, RunManifest) else RunManifest(manifest, Path("."))
     spec, where = run.mock_profile_geometry()
-    return geometry_for_target(spec, where, preset, str(run.target.get("model") or ""))
+    return geometry_for_target(spec, where, preset, run.manifest.target.model)
 
 
 @dataclass
@@ -206,10 +202,8 @@ def fit_cold(df: pd.DataFrame, label: str = "cold", lengths: Sequence[int] = EXT
     return Fit("cold", formula, params, "prompt tokens", points, rmse, r2, (lo, hi), preds, notes, curve)
 
 
-def fit_run(
-    df: pd.DataFrame, manifest: RunManifest | dict[str, Any], preset: str | None = None
-) -> dict[str, Any]:
-    geo, source = geometry_for_run(manifest, preset)
+def fit_run(df: pd.DataFrame, run: RunManifest, preset: str | None = None) -> dict[str, Any]:
+    geo, source = geometry_for_run(run, preset)
     warm = fit_warm(df, geo)
     cold = fit_cold(df)
     return {

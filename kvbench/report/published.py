@@ -34,7 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvbench.errors import UsageError
-from kvbench.report.summary import PublishedComparison, PublishedRow, RunSummary
+from kvbench.report.summary_model import PublishedComparison, PublishedRow, RunSummary
 
 _ID_CHARS = set(string.ascii_letters + string.digits + "_.-")
 

@@ -10,39 +10,42 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvbench.report.formats import Section, Table, fmt, fmt_ci, fmt_ms_as_s
-from kvbench.report.manifest import LoadShape
 from kvbench.report.noise_report import noise_section
 from kvbench.report.summary import RunSummary
+from kvbench.results.schema import LengthRangeInfo, LoadShape
 
 
-def load_rows(load: LoadShape | None) -> list[list[str]]:
+def load_rows(load: LoadShape | None, source: str | None = None) -> list[list[str]]:
     """The run's load shape as table rows (kind, concurrency or rate, requests, prompts, lengths)."""
     if load is None:
-        return [["load", "not recorded (no manifest load section and no scenario.yaml)"]]
+        return [["load", "not recorded (no manifest load section and no scenario.yaml that says)"]]
     if load.kind == "concurrent":
         shape = f"concurrent, {fmt(load.concurrency)} connections kept busy (closed loop)"
     elif load.kind == "rate":
         shape = (
-            f"rate, {fmt(load.rate_per_s)} requests/s ({load.arrivals or 'poisson'} arrivals), "
-            f"at most {fmt(load.max_concurrency)} in flight (open loop)"
+            f"rate, {fmt(load.rate)} requests/s, "
+            f"at most {fmt(load.concurrency)} in flight (open loop)"
         )
     elif load.kind == "sequential":
         shape = "sequential, one request at a time"
-    elif load.kind is None:
-        shape = f"not recorded ({load.source} has no load section)"
     else:
         shape = load.kind
     rows = [
-        ["load", shape if load.kind is None else f"{shape} (from {load.source})"],
-        ["requests per phase", fmt(load.requests) if load.requests or not load.kind else "one per prompt"],
+        ["load", f"{shape} (from {source or 'manifest load'})"],
+        ["requests per phase", fmt(load.requests) if load.requests else "one per prompt"],
         ["prompts", fmt(load.prompt_count)],
-        ["prompt lengths (tokens)", load.lengths or "n/a"],
+        ["prompt lengths (tokens)", lengths_text(load.lengths)],
     ]
-    if load.shared_prefix_tokens:
-        rows.append(["shared prefix (tokens)", fmt(load.shared_prefix_tokens)])
     if load.max_tokens:
         rows.append(["output tokens per request", fmt(load.max_tokens)])
     return rows
+
+
+def lengths_text(lengths: list[int] | LengthRangeInfo) -> str:
+    if isinstance(lengths, LengthRangeInfo):
+        return f"{lengths.min:,}-{lengths.max:,} ({lengths.distribution})"
+    shown = ", ".join(f"{n:,}" for n in lengths[:8])
+    return shown + (f", ... ({len(lengths)} lengths)" if len(lengths) > 8 else "") if shown else "n/a"
 
 
 def run_section(summary: RunSummary) -> Section:
@@ -64,7 +67,7 @@ def run_section(summary: RunSummary) -> Section:
         rows.append(
             ["time scale", f"{run.time_scale.value:g} of the modelled pace ({run.time_scale.source})"]
         )
-    rows += load_rows(run.load)
+    rows += load_rows(run.load, run.load_source)
     rows += [["reference", str(run.reference)], ["requests recorded", fmt(run.requests)]]
     paras = [f"**{summary.banner}**"] if summary.banner else []
     return Section("Run", paras, [Table(["", ""], rows)])
@@ -146,7 +149,7 @@ def phase_section(summary: RunSummary) -> Section | None:
         rows2.append(
             [
                 *(
-                    p.phase + (" (TTFT delivery-bound)" if p.delivery else ""),
+                    p.phase,
                     p.label,
                     fmt(t.mean),
                     fmt(t.p50),
@@ -303,11 +306,6 @@ def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
     return secs
 
 
-def _bound(delivery: str | None) -> str:
-    """The mark on a TTFT a proxy's delivery set (the Notes say why)."""
-    return " (delivery-bound: not the server's TTFT)" if delivery else ""
-
-
 def _signed(pct: float | None) -> str:
     return "n/a" if pct is None else f"{'+' if pct >= 0 else '-'}{fmt(abs(pct))}%"
 
@@ -315,14 +313,12 @@ def _signed(pct: float | None) -> str:
 def key_table(summary: RunSummary) -> Table:
     """The table printed on the terminal: the headline comparisons of the run."""
     rows: list[list[str]] = []
-    bound = {p.label: p.delivery for p in summary.phases if p.delivery}
     for s in summary.ttft_speedups:
         rows.append(
             [
                 f"TTFT speedup @ {s.tokens:,} tok",
                 f"cold / {s.label}",
-                f"{fmt(s.speedup)}x {fmt_ci(s.speedup_ci)}"
-                + _bound(bound.get(s.label) or bound.get(s.baseline)),
+                f"{fmt(s.speedup)}x {fmt_ci(s.speedup_ci)}",
                 f"{fmt_ms_as_s(s.baseline_p50_ms)} s -> {fmt_ms_as_s(s.p50_ms)} s",
             ]
         )
@@ -375,7 +371,7 @@ def key_table(summary: RunSummary) -> Table:
                     f"phase {p.phase}",
                     p.label,
                     f"{fmt(p.requests_per_s)} req/s",
-                    f"TTFT p50 {fmt(p.ttft_ms.p50)} ms{_bound(p.delivery)}, {p.errors} errors",
+                    f"TTFT p50 {fmt(p.ttft_ms.p50)} ms, {p.errors} errors",
                 ]
             )
     return Table(["measure", "baseline -> compared", "value", "from"], rows, caption="key results")

@@ -1,8 +1,10 @@
-"""The run directory: its files (files.py) and its contract as types (schema.py).
+"""The run directory: its files (files.py), its contract as types (schema.py) and the one way
+to read a manifest of any version (reading.py).
 
 Public API, as results/README.md documents it: `load_run` (requests as a DataFrame),
-`read_manifest` (manifest.json as a dict), `load_manifest` (the same, typed),
-`RunDir` and `JsonlWriter` (writing), `read_jsonl`.
+`load_manifest` (manifest.json as today's typed Manifest, any version), `load_record` (the same
+with what reading it took: version, migration notes, unknown fields), `read_manifest` (the
+dict exactly as written), `RunDir` and `JsonlWriter` (writing), `read_jsonl`.
 """
 
 from kvbench.results.files import (
@@ -15,7 +17,6 @@ from kvbench.results.files import (
     SCENARIO,
     JsonlWriter,
     RunDir,
-    load_manifest,
     load_run,
     new_run_dir,
     read_jsonl,
@@ -23,10 +24,12 @@ from kvbench.results.files import (
     utc_now_iso,
     write_json_atomic,
 )
-from kvbench.results.schema import Label, Manifest
+from kvbench.results.reading import RunRecord, load_manifest, load_record
+from kvbench.results.schema import MANIFEST_VERSION, Label, Manifest
 
 __all__ = [
     "MANIFEST",
+    "MANIFEST_VERSION",
     "METRICS",
     "METRIC_DELTAS",
     "NOISE",
@@ -37,7 +40,9 @@ __all__ = [
     "Label",
     "Manifest",
     "RunDir",
+    "RunRecord",
     "load_manifest",
+    "load_record",
     "load_run",
     "new_run_dir",
     "read_jsonl",

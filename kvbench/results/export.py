@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from kvbench.errors import UsageError
-from kvbench.results.files import load_run, read_manifest
+from kvbench.results.files import load_run
+from kvbench.results.reading import load_record
 
 FORMATS = ("csv", "parquet")
 
@@ -15,10 +16,7 @@ def export_requests(run_dir: Path, format: str = "csv", out: Path | None = None)
     """Write requests.jsonl as `format`; returns (rows, file). Bad input is a one-line UsageError."""
     if format not in FORMATS:
         raise UsageError(f"--format {format!r}: choose csv or parquet")
-    try:
-        read_manifest(run_dir)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
+    load_record(run_dir)  # a run directory whose manifest reads (one line if not), whatever its version
     df = load_run(run_dir)
     target = out or run_dir / f"requests.{format}"
     if format == "parquet":

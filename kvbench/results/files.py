@@ -213,16 +213,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def read_manifest(run_dir: Path | str) -> dict[str, Any]:
+    """manifest.json exactly as written (a dict); readers take `reading.load_record`, the typed one."""
     path = Path(run_dir) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no {MANIFEST}; not a kvbench run directory")
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
-
-
-def load_manifest(run_dir: Path | str) -> Manifest:
-    """manifest.json as the typed Manifest (runs written by earlier kvbench versions included)."""
-    return Manifest.model_validate(read_manifest(run_dir))
 
 
 def load_run(run_dir: Path | str) -> pd.DataFrame:

@@ -6,9 +6,12 @@ runner wrote a string). results/README.md documents every field here, and a test
 checks that it does.
 
 Rules: fields are only ever ADDED (an older run directory must keep loading, so a
-new field has a default); models are strict (an unknown key is an error, so a typo
-in a writer fails a test instead of writing a field nobody reads) and frozen (the
-runner replaces the manifest, it never edits one in place from several modules).
+new field has a default); a change of shape bumps MANIFEST_VERSION and adds a
+migration step in results/reading.py, the one path every reader takes. Models are
+strict (an unknown key is an error, so a typo in a writer fails a test instead of
+writing a field nobody reads; the reader sets a newer kvbench's fields aside before
+validating) and frozen (the runner replaces the manifest, it never edits one in
+place from several modules).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Label(StrEnum):
@@ -39,10 +42,10 @@ class Label(StrEnum):
     PERSISTED = "persisted"
 
 
-# labels written by early kvbench versions, read as today's
-_LEGACY_LABELS = {"cold+warm": Label.TTFT}
-
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
+
+# The manifest's shape version; results/reading.py migrates every older one to it.
+MANIFEST_VERSION = 4
 
 
 class Record(BaseModel):
@@ -161,11 +164,6 @@ class PhaseEntry(Record):
         "requests lost in flight or never issued, clock offset to the driver.",
     )
 
-    @field_validator("label", mode="before")
-    @classmethod
-    def _legacy(cls, v: Any) -> Any:
-        return _LEGACY_LABELS.get(v, v) if isinstance(v, str) else v
-
 
 class ColdStart(Record):
     method: Literal["salt", "salt+reset", "as_is"] = Field(description="How a cold cache was made.")
@@ -253,6 +251,9 @@ OMIT_WHEN_NONE = frozenset(
 class Manifest(Record):
     """manifest.json: what ran, where, how hard, and how it ended."""
 
+    manifest_version: int = Field(
+        MANIFEST_VERSION, description="The manifest's shape version (absent before 4: recognised by shape)."
+    )
     kvbench_version: str = Field(description="kvbench version that wrote the run.")
     run_id: str = Field(description="<UTC stamp>-<scenario>-<short id>.")
     run_dir: str = Field(description="Where the run directory was written.")

@@ -134,8 +134,13 @@ def test_report_banner_says_lab_not_production() -> None:
     from kvbench.lab.manifest import BANNER
     from kvbench.report.manifest import RunManifest
     from kvbench.report.summary import simulated_banner
+    from kvbench.results import load_manifest
 
-    run = RunManifest({"lab": {"banner": BANNER}, "simulated": False}, Path("."))
+    fixture = (
+        Path(__file__).resolve().parents[1] / "data" / "fixture_runs" / "20261130T141500Z-throughput-7b2e90"
+    )
+    lab = {"banner": BANNER, "engines": [], "link": {}, "file_service": "sshfs"}
+    run = RunManifest(load_manifest(fixture).replace(simulated=False, lab=lab))
     assert "not on production hardware" in (simulated_banner(run) or "")
 
 

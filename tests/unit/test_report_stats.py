@@ -10,6 +10,7 @@ import pytest
 
 from kvbench.model.kv_geometry import GPT_OSS_120B
 from kvbench.report import fits, stats, timeline
+from kvbench.report.manifest import RunManifest
 from kvbench.results import load_run, read_manifest
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "fixture_runs"
@@ -69,7 +70,9 @@ def test_duration_falls_back_to_request_span():
             "ttft_ms": [10.0, 20.0],
         }
     )
-    (p,) = stats.phase_stats(df, {"phases": [{"name": "p", "duration_s": None}]})
+    manifest = read_manifest(THROUGHPUT)
+    manifest["phases"] = [manifest["phases"][0] | {"name": "p", "duration_s": None, "ended_ns": None}]
+    (p,) = stats.phase_stats(df, manifest)
     assert p.duration_s == pytest.approx(4.0)
     assert p.requests_per_s == pytest.approx(0.5)
     assert "span" in p.duration_source
@@ -134,10 +137,17 @@ def test_fits_recover_known_parameters():
     assert max(abs(p["residual_ms"]) for p in c.points) < 1e-6
 
 
+def _with_target(**target: object) -> RunManifest:
+    manifest = read_manifest(TTFT)
+    return RunManifest(manifest | {"target": manifest["target"] | target}, TTFT)
+
+
 def test_geometry_sources():
-    geo, src = fits.geometry_for_run({"target": {"mock_profile": {"geometry": "gpt-oss-20b"}}})
-    assert geo.name == "gpt-oss-20b" and "mock_profile" in src
-    geo, src = fits.geometry_for_run({"target": {"model": "openai/gpt-oss-120b"}})
-    assert geo.name == "gpt-oss-120b"
-    geo, src = fits.geometry_for_run({"target": {"model": "mystery"}})
+    geo, src = fits.geometry_for_run(_with_target(mock_profile="ibm-g4"))  # a shipped profile: its geometry
+    assert geo.name == "gpt-oss-120b" and src.startswith("mock profile ibm-g4")
+    geo, src = fits.geometry_for_run(
+        _with_target(kind="server", mock_profile=None, model="openai/gpt-oss-120b")
+    )
+    assert geo.name == "gpt-oss-120b" and src.startswith("preset matching target.model")
+    geo, src = fits.geometry_for_run(_with_target(mock_profile=None, model="mystery"))
     assert geo is None and "tokens" in src
