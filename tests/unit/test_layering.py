@@ -72,3 +72,47 @@ def test_imports_follow_the_layers() -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def _circles(exclude_type_checking: bool) -> list[list[str]]:
+    """Every set of kvbench modules that import one another in a ring (strongly connected, > 1)."""
+    grimp = pytest.importorskip("grimp", reason="grimp (import-linter's graph) is not installed")
+    graph = grimp.build_graph("kvbench", exclude_type_checking_imports=exclude_type_checking, cache_dir=None)
+    edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            ring = []
+            while True:
+                w = stack.pop()
+                ring.append(w)
+                if w == v:
+                    break
+            if len(ring) > 1:
+                circles.append(sorted(ring))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+@pytest.mark.parametrize("exclude_type_checking", [True, False], ids=["runtime", "with-type-checking"])
+def test_no_import_circle(exclude_type_checking: bool) -> None:
+    """No kvbench module imports itself back through others: at module level, inside functions (a
+    circle hidden in a function is still one) and, in the second case, under `if TYPE_CHECKING:`
+    too. The way out is moving the shared piece down into a small module both import."""
+    circles = _circles(exclude_type_checking)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
