@@ -13,43 +13,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any
 
 from kvbench.errors import UsageError
 from kvbench.model.geometry import dtype_bytes, geometry_from_config, resolve_geometry
 from kvbench.model.kv_geometry import KVGeometry
+from kvbench.model.sizes import parse_size
 
-__all__ = ["dtype_bytes", "geometry_from_config", "resolve_geometry"]  # re-exported from kvbench.model
+# re-exported from kvbench.model
+__all__ = [
+    "dtype_bytes",
+    "geometry_from_config",
+    "parse_size",
+    "resolve_geometry",
+]  # re-exported from kvbench.model
 
 DEFAULT_LENGTHS = (30_000, 130_000)
 GB = 1e9
 GIB = 2.0**30
-
-
-_SIZE = re.compile(r"^\s*([0-9.]+(?:e[0-9+-]+)?)\s*([A-Za-z]*)\s*$")
-_SIZE_UNITS = {
-    "": 1.0,
-    "b": 1.0,
-    "kb": 1e3,
-    "mb": 1e6,
-    "gb": 1e9,
-    "tb": 1e12,
-    "pb": 1e15,
-    "kib": 2.0**10,
-    "mib": 2.0**20,
-    "gib": 2.0**30,
-    "tib": 2.0**40,
-    "pib": 2.0**50,
-}
-
-
-def parse_size(text: str) -> float:
-    """'80GB' -> 8e10, '1.5TiB' -> 1.5 * 2**40 bytes."""
-    m = _SIZE.match(text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise UsageError(f"capacity: cannot read size '{text}' (e.g. 96GB, 1.5TiB)")
-    return float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
 
 
 def parse_tokens(text: str) -> int:

@@ -8,30 +8,14 @@ size. Bytes become blocks through kvbench's KV sizing (model.kv_geometry): one b
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 
 from kvbench.errors import UsageError
 from kvbench.model.geometry import resolve_geometry
 from kvbench.model.kv_geometry import KVGeometry
+from kvbench.model.sizes import parse_size
 
 TIER_NAMES = ("G1", "G2", "G3", "G4")
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_UNITS = {
-    "": 1.0,
-    "b": 1.0,
-    "kb": 1e3,
-    "mb": 1e6,
-    "gb": 1e9,
-    "tb": 1e12,
-    "pb": 1e15,
-    "kib": 2.0**10,
-    "mib": 2.0**20,
-    "gib": 2.0**30,
-    "tib": 2.0**40,
-    "pib": 2.0**50,
-}
 
 
 @dataclass(frozen=True)
@@ -45,17 +29,6 @@ class TierPlan:
 
     def capacity_blocks(self) -> list[int]:
         return [int(self.capacity_bytes.get(n, 0.0) // self.block_bytes) for n in TIER_NAMES]
-
-
-def parse_size(text: str, where: str) -> float:
-    """'80GB' -> 8e10, '1.5TiB' -> 1.5 * 2**40 bytes."""
-    m = _SIZE.match(text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise UsageError(f"{where}: cannot read size {text!r} (e.g. 80GB, 1.5TiB)")
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{where}: size {text!r} must be finite and >= 0")
-    return value
 
 
 def parse_tiers(text: str) -> dict[str, float]:
