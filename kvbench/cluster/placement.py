@@ -113,3 +113,43 @@ def on_this_machine(ip: str) -> bool:
 def off_this_machine(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
     """The nodes that cannot reach this machine's loopback (127.0.0.1 there is another host)."""
     return [n for n in nodes if not on_this_machine(n.ip)]
+
+
+def check_room(
+    nodes: Sequence[NodeInfo],
+    *,
+    load_workers: int,
+    cpus_per_load_worker: float,
+    noise_clients: int,
+    noise_placement: Placement,
+    cpus_per_noise_client: float,
+    driver_node_id: str | None,
+) -> str | None:
+    """Why the cluster cannot run the load workers and noise clients side by side (one line with
+    the numbers), or None when it can. The placement is the one the backends will make (load first,
+    noise avoiding its nodes), so a node asked for more CPUs than it has is found before the first
+    phase, not as clients that never start and a noisy phase with part of its noise."""
+    if load_workers + noise_clients == 0:
+        return None
+    if not nodes:
+        return "cluster: the Ray cluster has no alive node"
+    avoid = {driver_node_id} if driver_node_id else set()
+    load = place(load_workers, nodes, "spread", cpus_per_client=cpus_per_load_worker, avoid=avoid)
+    avoid |= {n.node_id for n in load}
+    noise = place(noise_clients, nodes, noise_placement, cpus_per_client=cpus_per_noise_client, avoid=avoid)
+    demand: dict[str, float] = {}
+    for plan, cpus in ((load, cpus_per_load_worker), (noise, cpus_per_noise_client)):
+        for n in plan:
+            demand[n.node_id] = demand.get(n.node_id, 0.0) + cpus
+    short = [n for n in nodes if demand.get(n.node_id, 0.0) > n.cpus + 1e-9]
+    if not short:
+        return None
+    worst = max(short, key=lambda n: demand[n.node_id] - n.cpus)
+    total = sum(n.cpus for n in nodes)
+    return (
+        f"cluster: cannot place {noise_clients} noise clients ({cpus_per_noise_client:g} CPU each) and "
+        f"{load_workers} load workers ({cpus_per_load_worker:g} CPU each): node {worst.hostname or worst.ip} "
+        f"would need {demand[worst.node_id]:g} CPUs and has {worst.cpus:g} ({total:g} CPUs on {len(nodes)} "
+        f"alive node{'s' if len(nodes) != 1 else ''}); lower noise.clients or load.workers, or "
+        "cluster.cpus_per_noise_client / cpus_per_load_worker"
+    )

@@ -13,7 +13,8 @@ and the run directory. Per phase:
               row to requests.jsonl as it arrives, with the worker, its node id and hostname
     lost      a worker whose node disappears (or that stops answering) is recorded: the requests
               it had started and not finished become rows with error_type `worker_lost`; the ones
-              it never started are counted as not issued; the other workers finish the phase
+              it never sent become `not_sent` rows (so a phase's rows are always the requests it
+              was asked for, and the run fails); the other workers finish the phase
     cancel    an interrupted run cancels every worker's requests (they come back `cancelled`)
 
 Workers are created on the first phase and kept for the run (aclose() ends them), so a phase does
@@ -48,6 +49,7 @@ POLL_TIMEOUT_S = 5.0
 SILENT_LOST_S = 30.0  # a worker that has not answered a poll for this long is taken as lost
 START_LEAD_NS = 100_000_000  # the common start: this far after the driver hands out the shares
 WORKER_LOST = "worker_lost"
+NOT_SENT = "not_sent"  # a lost worker's request that it never reported starting
 _ACTOR_CLASS: Any = None
 
 
@@ -102,6 +104,7 @@ class _Worker:
     done: bool = False
     last_answer: float = 0.0
     lost_rows: int = 0  # in-flight requests turned into worker_lost rows
+    unsent: int = 0  # requests it never sent, turned into not_sent rows when it was lost
     cpu_s: float | None = None  # CPU seconds its process spent on this phase (as of its last poll)
     clock_info: dict[str, Any] | None = None  # its client's clock source and kernel-stamp calibration
 
@@ -223,7 +226,7 @@ class RayLoadBackend:
         ready = [w for w in self.workers if w.state == "ready"]
         shares = split_shares(len(items), concurrency, len(ready))
         for w in self.workers:
-            w.specs, w.started, w.finished, w.lost_rows, w.cpu_s = {}, set(), set(), 0, None
+            w.specs, w.started, w.finished, w.lost_rows, w.unsent, w.cpu_s = {}, set(), set(), 0, 0, None
         self._last_end_ns = None
         record: dict[str, Any] = {"backend": "ray", "workers": [], "requests": len(items)}
         self.phases.append(record)
@@ -272,6 +275,8 @@ class RayLoadBackend:
         finally:
             record["ended_ns"] = self._last_end_ns
             record["workers"] = [self._worker_record(w) for w in self.workers]
+            record["not_sent"] = sum(w.unsent for w in self.workers)
+            record["sent"] = len(items) - record["not_sent"]
 
     async def _stream(self, active: list[_Worker], phase: RemotePhase) -> None:
         """Poll until every worker is done or lost; write rows as they come."""
@@ -326,6 +331,11 @@ class RayLoadBackend:
             phase.record(rec, extra)
             w.finished.add(rid)
             w.lost_rows += 1
+        for rid in sorted(set(w.specs) - w.started - w.finished):  # never handed to its client
+            rec = RequestRecord(request_id=rid, **w.specs[rid].fields)
+            rec.fail(NOT_SENT, f"never sent: load worker {where} was lost before sending it: {why}")
+            phase.record(rec, extra)
+            w.unsent += 1
 
     async def _cancel(self, active: list[_Worker], phase: RemotePhase) -> None:
         live = [w for w in active if w.state == "ready"]
@@ -349,7 +359,7 @@ class RayLoadBackend:
             "assigned": assigned,
             "rows": len(w.finished),
             "lost_in_flight": w.lost_rows,
-            "not_issued": assigned - len(w.started) if w.state == "lost" else 0,
+            "not_issued": w.unsent,  # each also a not_sent row
             "error": w.error,
             "cpu_s": w.cpu_s,
             "clock_source": (w.clock_info or {}).get("clock_source"),

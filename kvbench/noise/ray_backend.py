@@ -187,6 +187,12 @@ class RayNoiseBackend(NoiseBackend):
         if not running:
             first = next((c.error for c in self.clients if c.error), "no client started")
             raise UsageError(f"noise: no noise client started on the Ray cluster: {first}")
+        if len(running) < len(self.clients):  # part of the noise is not the noise asked for
+            first = next((c.error for c in self.clients if c.error), "")
+            raise UsageError(
+                f"noise: {len(running)} of {len(self.clients)} noise clients started on the Ray cluster "
+                f"({first}); lower noise.clients or cluster.cpus_per_noise_client"
+            )
         h = self.handle
         h.started_ns = self._last_ns = h.now_ns()
         h.active = True

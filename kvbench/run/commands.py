@@ -238,5 +238,5 @@ def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: b
             print(f"report: {html}")
     print(f"results: {outcome.run_dir}")
     if outcome.exit_code:
-        print("kvbench: the error rate exceeded max_error_rate (exit 1)", file=sys.stderr)
+        print(f"kvbench: {outcome.failure} (exit 1)", file=sys.stderr)
     return outcome.exit_code

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import re
+from typing import Any
 
 from kvbench.errors import UsageError
 
@@ -71,3 +72,23 @@ def is_client_limit(error_type: str | None, message: str | None) -> bool:
 
 def client_limit_message(message: str) -> str:
     return f"this machine's limit, not the server: {message} (see `ulimit -n`, load.concurrency)"
+
+
+def check_cluster_room(scn: Any, session: Any) -> None:
+    """The Ray cluster can hold the run's load workers and noise clients at once (exit 2 if not),
+    checked before the first phase."""
+    from kvbench.cluster import require_ray
+    from kvbench.cluster.placement import alive_nodes, check_room
+
+    noisy = bool(scn.test.noisy_phases) and scn.noise.kind != "none"
+    problem = check_room(
+        alive_nodes(require_ray("a run on a Ray cluster")),
+        load_workers=int(scn.load.workers or 0),
+        cpus_per_load_worker=session.limits.cpus_per_load_worker,
+        noise_clients=int(getattr(scn.noise, "clients", 1)) if noisy else 0,
+        noise_placement=getattr(scn.noise, "placement", "spread"),
+        cpus_per_noise_client=session.limits.cpus_per_noise_client,
+        driver_node_id=session.driver_node_id,
+    )
+    if problem is not None:
+        raise UsageError(problem)

@@ -31,6 +31,7 @@ from kvbench.client.control import ControlClient
 from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
+from kvbench.load.ray_backend import NOT_SENT
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso, write_json_atomic
 from kvbench.results.files import WriteFailed, write_text_atomic
 from kvbench.results.schema import (
@@ -45,7 +46,7 @@ from kvbench.results.schema import (
     TargetRecord,
 )
 from kvbench.run.context import Run, RunOptions
-from kvbench.run.limits import ensure_open_files
+from kvbench.run.limits import check_cluster_room, ensure_open_files
 from kvbench.run.names import check_names
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
@@ -66,6 +67,7 @@ class RunOutcome:
     error_counts: dict[str, int]
     requests: int
     summary_lines: list[str] = field(default_factory=list)
+    failure: str = "the error rate exceeded max_error_rate"  # why exit_code is 1
 
 
 @dataclass
@@ -159,6 +161,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> Ru
             from kvbench.cluster.session import disconnect
 
             stack.callback(disconnect)
+            check_cluster_room(scn, cluster)  # all the noise and load asked for, or exit 2 now
         conn = await connect_target(stack, scn, opts, headers, made)
         client = make_client(scn, opts, conn, origin_ns, headers)
         stack.push_async_callback(client.aclose)
@@ -376,7 +379,16 @@ def outcome(run: Run) -> RunOutcome:
             f"{failed} of {len(measured)} requests failed ({rate:.1%} > max_error_rate "
             f"{scn.max_error_rate:.1%}): {by_type}"
         )
-    return RunOutcome(run.rd.path, "complete", exit_code, dict(run.error_counts), len(measured), lines)
+    done = RunOutcome(run.rd.path, "complete", exit_code, dict(run.error_counts), len(measured), lines)
+    # a phase that sent fewer requests than it was asked measured another load: no error rate excuses it
+    asked = Counter(r.phase for r in measured)
+    for phase, n in Counter(r.phase for r in measured if r.error_type == NOT_SENT).items():
+        done.exit_code, done.failure = 1, "a phase sent fewer requests than it was asked"
+        lines.append(
+            f"phase {phase}: {n} of {asked[phase]} requests were never sent (a load worker was lost "
+            "before sending them): the run fails whatever max_error_rate says"
+        )
+    return done
 
 
 def check_output_dir(path: Path) -> None:

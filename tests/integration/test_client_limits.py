@@ -80,3 +80,21 @@ def test_which_connect_failures_are_the_clients():
     assert not is_client_limit("connect_error", message(errno.ECONNREFUSED))
     assert not is_client_limit("connect_error", "connect timed out after 10 s")
     assert not is_client_limit("http_500", message(errno.EMFILE))
+
+
+def test_a_ray_cluster_too_small_for_the_noise_is_exit_2_before_the_first_phase(tmp_path):
+    """It ran with half the noise and exit 0 (two clients 'did not start ... no answer in time')."""
+    pytest.importorskip("ray")
+    clients = str(2 * (os.cpu_count() or 1) + 1)  # a local Ray has this machine's CPUs: one each is too many
+    args = ["run", "throughput", "--noisy", "--cluster", "ray", "--set", f"noise.clients={clients}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "kvbench", *args, "--output-dir", str(tmp_path), "-q", "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    ours = [line for line in done.stderr.splitlines() if line.startswith("kvbench:")]
+    assert len(ours) == 1 and ours[0].startswith(f"kvbench: cluster: cannot place {clients} noise clients")
+    assert "CPUs and has" in ours[0] and "alive node" in ours[0]
+    assert not any(tmp_path.iterdir())

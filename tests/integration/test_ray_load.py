@@ -294,6 +294,14 @@ def test_kvbench_run_survives_a_removed_node_and_says_so(cluster, tmp_path) -> N
     rows = read_jsonl(run_dir / "requests.jsonl")
     assert len(rows) == len({r["request_id"] for r in rows})
     assert sum(r["error_type"] == "worker_lost" for r in rows) == lost[0]["lost_in_flight"]
+    # what the lost worker never sent is a failed row too: requested = rows, sent + not sent = requested
+    assert sum(r["error_type"] == "not_sent" for r in rows) == lost[0]["not_issued"]
+    measured = [r for r in rows if r["phase"] != "probe"]
+    backend = manifest["phases"][0]["load_backend"]
+    assert len(measured) == 400 == backend["requests"] == backend["sent"] + backend["not_sent"]
+    assert manifest["error_counts"].get("not_sent", 0) == backend["not_sent"]
+    if backend["not_sent"]:
+        assert "were never sent" in _out and "whatever max_error_rate says" in _out
     rep = subprocess.run(
         [sys.executable, "-m", "kvbench", "report", str(run_dir)], capture_output=True, text=True
     )
