@@ -113,6 +113,10 @@ def build_summary(
     if df.empty:
         notes.append("no requests were recorded")
     notes += run.phase_warnings()
+    notes += [f"manifest: {n}" for n in run.record.notes if not n.startswith("load: ")]
+    if run.record.unknown:
+        unknown = ", ".join(run.record.unknown)
+        notes.append(f"manifest fields this kvbench does not know (kept, not read): {unknown}")
     errors = sum(p.errors for p in phase_list)
     if errors:
         notes.append(f"{errors} failed requests are counted as errors and left out of latency statistics")

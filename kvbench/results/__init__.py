@@ -17,14 +17,13 @@ from kvbench.results.files import (
     SCENARIO,
     JsonlWriter,
     RunDir,
-    load_run,
     new_run_dir,
     read_jsonl,
     read_manifest,
     utc_now_iso,
     write_json_atomic,
 )
-from kvbench.results.reading import RunRecord, load_manifest, load_record
+from kvbench.results.reading import RunRecord, load_manifest, load_record, load_run
 from kvbench.results.schema import MANIFEST_VERSION, Label, Manifest
 
 __all__ = [

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 from kvbench.errors import UsageError
-from kvbench.results.files import load_run
-from kvbench.results.reading import load_record
+from kvbench.results.reading import load_run
 
 FORMATS = ("csv", "parquet")
 
@@ -16,7 +15,6 @@ def export_requests(run_dir: Path, format: str = "csv", out: Path | None = None)
     """Write requests.jsonl as `format`; returns (rows, file). Bad input is a one-line UsageError."""
     if format not in FORMATS:
         raise UsageError(f"--format {format!r}: choose csv or parquet")
-    load_record(run_dir)  # a run directory whose manifest reads (one line if not), whatever its version
     df = load_run(run_dir)
     target = out or run_dir / f"requests.{format}"
     if format == "parquet":

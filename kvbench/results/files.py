@@ -1,4 +1,4 @@
-"""The run directory's files: create it, append request rows durably, load it back.
+"""The run directory's files: create it, append request rows durably (reading it back: reading.py).
 
 Format documented in results/README.md. Rows are appended and flushed one at a
 time so that a crash, a kill -9 or a failing server never loses a finished
@@ -16,14 +16,11 @@ import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from kvbench.errors import KvbenchError
 from kvbench.results.schema import Manifest
 from kvbench.strict_json import dumps
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
@@ -219,11 +216,3 @@ def read_manifest(run_dir: Path | str) -> dict[str, Any]:
         raise FileNotFoundError(f"{run_dir}: no {MANIFEST}; not a kvbench run directory")
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
-
-
-def load_run(run_dir: Path | str) -> pd.DataFrame:
-    """requests.jsonl as a DataFrame, one row per request (failed ones included)."""
-    import pandas as pd
-
-    rows = read_jsonl(Path(run_dir) / REQUESTS)
-    return pd.DataFrame(rows)

@@ -22,14 +22,17 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from kvbench.configfile import read_yaml
 from kvbench.errors import ConfigFileError, UsageError
-from kvbench.results.files import MANIFEST, SCENARIO, read_manifest
+from kvbench.results.files import MANIFEST, REQUESTS, SCENARIO, read_jsonl, read_manifest
 from kvbench.results.schema import MANIFEST_VERSION, Manifest
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # What each manifest version looked like (results/README.md says the same).
 VERSIONS: dict[int, str] = {
@@ -160,6 +163,15 @@ def load_record(run_dir: Path | str) -> RunRecord:
 def load_manifest(run_dir: Path | str) -> Manifest:
     """manifest.json as today's typed Manifest (runs written by earlier kvbench versions included)."""
     return load_record(run_dir).manifest
+
+
+def load_run(run_dir: Path | str) -> pd.DataFrame:
+    """requests.jsonl as a DataFrame, one row per request (failed ones included), of a directory
+    whose manifest reads (one UsageError line when it does not: not a run directory)."""
+    import pandas as pd
+
+    load_record(run_dir)
+    return pd.DataFrame(read_jsonl(Path(run_dir) / REQUESTS))
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from kvbench.errors import UsageError
-from kvbench.results import MANIFEST_VERSION, load_manifest, load_record, read_manifest
+from kvbench.results import MANIFEST_VERSION, load_manifest, load_record, load_run, read_manifest
 from kvbench.results.reading import VERSIONS, detect_version, record_from_dict
 from kvbench.results.schema import Label, Manifest
 
@@ -114,6 +114,11 @@ def test_unknown_fields_are_kept_and_warned_once(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_record(run)  # the same run again: no second warning
+    from kvbench.report.summary import build_summary
+
+    notes = build_summary(run)[0].notes  # the report says so too
+    assert any(n.startswith("manifest: written by a newer kvbench") for n in notes)
+    assert any("does not know (kept, not read): target.gpu" in n for n in notes)
 
 
 def test_writing_stays_strict() -> None:
@@ -164,6 +169,9 @@ def test_interrupted_and_killed_runs_load_through_the_same_path() -> None:
 def test_missing_or_broken_manifest_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"no manifest\.json"):
         load_record(tmp_path)
+    (tmp_path / "requests.jsonl").write_text("{}\n")
+    with pytest.raises(UsageError, match=r"no manifest\.json"):
+        load_run(tmp_path)  # rows without a manifest are not a run directory
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(UsageError, match="not JSON"):
         load_record(tmp_path)
