@@ -149,7 +149,7 @@ def phase_section(summary: RunSummary) -> Section | None:
         rows2.append(
             [
                 *(
-                    p.phase,
+                    p.phase + (" (TTFT delivery-bound)" if p.delivery else ""),
                     p.label,
                     fmt(t.mean),
                     fmt(t.p50),
@@ -306,6 +306,11 @@ def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
     return secs
 
 
+def _bound(delivery: str | None) -> str:
+    """The mark on a TTFT a proxy's delivery set (the Notes say why)."""
+    return " (delivery-bound: not the server's TTFT)" if delivery else ""
+
+
 def _signed(pct: float | None) -> str:
     return "n/a" if pct is None else f"{'+' if pct >= 0 else '-'}{fmt(abs(pct))}%"
 
@@ -313,12 +318,14 @@ def _signed(pct: float | None) -> str:
 def key_table(summary: RunSummary) -> Table:
     """The table printed on the terminal: the headline comparisons of the run."""
     rows: list[list[str]] = []
+    bound = {p.label: p.delivery for p in summary.phases if p.delivery}
     for s in summary.ttft_speedups:
         rows.append(
             [
                 f"TTFT speedup @ {s.tokens:,} tok",
                 f"cold / {s.label}",
-                f"{fmt(s.speedup)}x {fmt_ci(s.speedup_ci)}",
+                f"{fmt(s.speedup)}x {fmt_ci(s.speedup_ci)}"
+                + _bound(bound.get(s.label) or bound.get(s.baseline)),
                 f"{fmt_ms_as_s(s.baseline_p50_ms)} s -> {fmt_ms_as_s(s.p50_ms)} s",
             ]
         )
@@ -371,7 +378,7 @@ def key_table(summary: RunSummary) -> Table:
                     f"phase {p.phase}",
                     p.label,
                     f"{fmt(p.requests_per_s)} req/s",
-                    f"TTFT p50 {fmt(p.ttft_ms.p50)} ms, {p.errors} errors",
+                    f"TTFT p50 {fmt(p.ttft_ms.p50)} ms{_bound(p.delivery)}, {p.errors} errors",
                 ]
             )
     return Table(["measure", "baseline -> compared", "value", "from"], rows, caption="key results")

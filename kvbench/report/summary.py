@@ -105,6 +105,7 @@ def build_summary(
 ) -> tuple[RunSummary, pd.DataFrame, list[dict[str, Any]]]:
     """(summary, requests DataFrame, noise rows) of one run directory."""
     from kvbench.report import fits, stats
+    from kvbench.report.delivery import delivery_notes, phase_delivery
 
     run = read_run_manifest(run_dir)
     df, notes = _load_requests(run.run_dir)
@@ -117,6 +118,8 @@ def build_summary(
     if run.record.unknown:
         unknown = ", ".join(run.record.unknown)
         notes.append(f"manifest fields this kvbench does not know (kept, not read): {unknown}")
+    bound = phase_delivery(df)
+    notes += delivery_notes(bound)
     errors = sum(p.errors for p in phase_list)
     if errors:
         notes.append(f"{errors} failed requests are counted as errors and left out of latency statistics")
@@ -131,7 +134,9 @@ def build_summary(
         generated_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         run=info,
         banner=simulated_banner(run),
-        phases=[PhaseSummary.model_validate(p.to_dict()) for p in phase_list],
+        phases=[
+            PhaseSummary.model_validate({**p.to_dict(), "delivery": bound.get(p.phase)}) for p in phase_list
+        ],
         ttft_by_length=[TtftAtLength.model_validate(r) for r in stats.ttft_by_length(df, seed=seed_)],
         ttft_speedups=[TtftSpeedup.model_validate(r) for r in stats.ttft_speedups(df, seed=seed_)],
         throughput=_maybe(ThroughputComparison, stats.throughput_comparison(phase_list, seed=seed_)),

@@ -65,6 +65,9 @@ class PhaseSummary(_Model):
     prompt_tokens_requested: list[int] = F("distinct requested prompt lengths")
     noise: dict[str, Any] | None = F("the manifest's noise record of the phase")
     cold_verified: bool | None = F("whether the cold cache was verified before the phase")
+    delivery: str | None = F(
+        "why TTFT is delivery-bound (a proxy's, not the server's); null if not", default=None
+    )
 
 
 class TtftAtLength(_Model):
