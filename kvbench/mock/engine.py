@@ -23,6 +23,7 @@ from typing import Any
 from kvbench.mock.cache import LookupResult, TieredKVCache
 from kvbench.mock.config import TIER_NAMES, FixedDelayProfile, TieredProfile
 from kvbench.mock.metrics import MockMetrics
+from kvbench.mock.noise_link import NoiseLink
 from kvbench.mock.onboarding import STAGE_LINK, split_onboarding
 from kvbench.mock.timing import ModelParams, SharedResource
 from kvbench.mock.tokenizer import PromptInfo
@@ -239,10 +240,9 @@ class TieredEngine:
             t = params.tier(name)
             self.links[name] = AsyncResource(t.aggregate_bandwidth / ts, t.read_bandwidth / ts)
         g4 = AsyncResource(params.tier("G4").aggregate_bandwidth / ts)
-        g4.core.share = self._g4_rate
+        self.noise = NoiseLink(params)  # the noise flows now, and what they leave the G4 reads
+        g4.core.share = self.noise.read_rate
         self.links["G4"] = g4
-        self.noise_flows: tuple[float, ...] = ()  # offered rate of each noise flow now
-        self._g4_shares: dict[int, float] = {}  # k reads -> each one's rate, for the noise now
         meta = {
             "model_name": profile.model_name,
             "geometry": profile.geometry,
@@ -270,41 +270,23 @@ class TieredEngine:
     def max_model_len(self) -> int:
         return self.params.max_model_len
 
-    def _g4_rate(self, k: int) -> float:
-        """Each of k G4 reads' rate (real time) beside the noise now: max-min fair on the topology."""
-        rate = self._g4_shares.get(k)
-        if rate is None:
-            rate = self.params.g4_share(k, self.noise_flows).cache_each / self.params.time_scale
-            self._g4_shares[k] = rate
-        return rate
-
     @property
     def noise_bytes_per_s(self) -> float:
         """Noise achieved now (modelled bytes/s), with the G4 reads in flight plus one."""
-        if not self.noise_flows:
-            return 0.0
-        return self.params.g4_share(len(self.links["G4"]) + 1, self.noise_flows).noise_achieved
+        return self.noise.achieved(len(self.links["G4"]) + 1)
 
     def set_noise_rate(self, modelled_bytes_per_s: float, flows: Sequence[float] | None = None) -> None:
         """Noise offered now (modelled bytes/s), by `flows` (each one's rate; default: one flow)."""
-        offered = (
-            tuple(flows) if flows is not None else (modelled_bytes_per_s,) if modelled_bytes_per_s else ()
-        )
-
-        def change() -> None:
-            self.noise_flows = tuple(r for r in offered if r > 0)
-            self._g4_shares.clear()
-
-        self.links["G4"].reshare(change)
+        offered = tuple(flows) if flows is not None else (modelled_bytes_per_s,)
+        self.links["G4"].reshare(lambda: self.noise.set_flows(offered))
 
     def _trace_noise(self, trace: Trace) -> None:
-        p, noise = self.params, self.noise_flows
         trace.fabric_noise_bytes_per_s = self.noise_bytes_per_s
-        trace.noise_offered_bytes_per_s = float(sum(noise))
-        trace.noise_flows = len(noise)
-        trace.noise_link = p.noise_link
-        trace.g4_link_bytes_per_s = p.topology.cache_left(noise, p.contention)
-        trace.fabric_capacity_bytes_per_s = p.noise_link_capacity
+        trace.noise_offered_bytes_per_s = float(sum(self.noise.flows))
+        trace.noise_flows = len(self.noise.flows)
+        trace.noise_link = self.params.noise_link
+        trace.g4_link_bytes_per_s = self.noise.left()
+        trace.fabric_capacity_bytes_per_s = self.params.noise_link_capacity
 
     def update_tier_gauges(self) -> None:
         for t in self.cache.tiers:
@@ -333,7 +315,7 @@ class TieredEngine:
         """One stage: access latency, then the bytes on the tier's shared link. Returns
         (stage, real end, lag) so the caller can tell when the stage ended in the model."""
         p = self.params
-        latency = p.g4_latency_s(self.noise_flows) if name == "G4" else p.tier(name).latency_s
+        latency = self.noise.latency_s() if name == "G4" else p.tier(name).latency_s
         await pacer.sleep(latency * p.time_scale)
         await pacer.use(self.links[name], nbytes)
         return name, asyncio.get_running_loop().time(), pacer.lag
@@ -383,7 +365,10 @@ class TieredEngine:
             self.metrics.record_prompt(n, trace.tokens_from_tier, moved)
             trace.bytes_from_tier = {t: moved[t] for t in LOWER_TIERS}
             self._trace_noise(trace)
-            pacer = Pacer()
+            # The modelled TTFT is the whole server's, from receipt: the mock's own real work before
+            # admission (reading the body, tokenizing) is part of it, not added to it, so it is
+            # credited against the first waits (a 130k-token prompt takes ~20 ms of that at any pace).
+            pacer = Pacer(lag=max(0.0, (t0 - trace.received_ns) / 1e9))
             t1 = time.perf_counter_ns()
             ends = await self._onboard(moved, pacer)
             trace.onboard_ms = _ms_since(t1) if ends else 0.0  # nothing moved: no onboarding

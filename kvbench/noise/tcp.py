@@ -67,7 +67,10 @@ class TcpNoiseBackend(ProcessNoise):
             raise UsageError("noise.targets: the tcp noise generator needs an explicit target (host:port)")
         self.targets = [split_host_port(t, None, "noise.targets") for t in targets]
         self.cfg = cfg
-        self.handle = ctx.handle("tcp", cfg, cfg.rate_bytes_per_s)
+        target = cfg.rate_bytes_per_s
+        if self.modelled and target:  # the real bytes aim at the confirming rate, not the modelled one
+            target = cfg.senders * min(target / cfg.senders, MODEL_CONFIRM_BYTES_PER_S)
+        self.handle = ctx.handle("tcp", cfg, target)
         self.senders: list[_Sender] = []
         self.procs = []
         self.tasks = []
