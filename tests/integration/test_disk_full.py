@@ -71,7 +71,9 @@ async def test_a_full_disk_fails_the_run_in_one_line_and_leaves_every_file_valid
         (run_dir,) = (disk / "out").iterdir()
         (line,) = done.stderr.strip().splitlines()
         # the rows or the /metrics samples: whichever write found the disk full first
-        assert re.fullmatch(rf"kvbench: cannot write {run_dir}/\w+\.jsonl: No space left on device", line)
+        assert re.fullmatch(
+            rf"kvbench: cannot write {re.escape(str(run_dir))}/\w+\.jsonl: No space left on device", line
+        )
         manifest = strict_loads((run_dir / "manifest.json").read_text())
         assert manifest["status"] == "failed"
         assert manifest["error"].startswith("disk: cannot write ") and "No space left" in manifest["error"]
