@@ -2,7 +2,9 @@
 
 Proxies answer errors with HTML pages (nginx: `<html><head><title>502 Bad Gateway</title>...`);
 the useful part is the title, or the first words of the text when there is none. Used for
-timed and untimed calls alike.
+timed and untimed calls alike. `stream_error` knows the error shapes servers put in a stream or
+a JSON answer: OpenAI's nested `{"error": {"message": ...}}`, vLLM's flat
+`{"object": "error", "message": ...}` and TGI's `{"error": "text"}`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from typing import Any
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _HEADING = re.compile(r"<h1[^>]*>(.*?)</h1>", re.IGNORECASE | re.DOTALL)
@@ -50,3 +53,24 @@ def error_detail(body: str) -> str:
             return str(err.get("message") or err)[:MAX_DETAIL]
         return str(err)[:MAX_DETAIL]
     return body.strip()[:MAX_DETAIL]
+
+
+def stream_error(obj: dict[str, Any]) -> str | None:
+    """The message when a decoded event or answer is an error object (any shape above); else None."""
+    if obj.get("choices"):
+        return None
+    if "error" in obj:
+        err = obj["error"]
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:MAX_DETAIL]
+        return str(err)[:MAX_DETAIL] if err else "error"
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj.get("detail") or obj)[:MAX_DETAIL]
+    return None
+
+
+def body_detail(body: Any) -> str:
+    """error_detail for a body the untimed client already decoded (JSON value or text)."""
+    if body is None:
+        return ""
+    return error_detail(body if isinstance(body, str) else json.dumps(body))

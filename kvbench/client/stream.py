@@ -26,7 +26,7 @@ from typing import Any
 
 from kvbench.client.body import ClientConfig
 from kvbench.client.delivery import is_burst, judge
-from kvbench.client.detail import error_detail
+from kvbench.client.detail import error_detail, stream_error
 from kvbench.client.record import RequestRecord
 from kvbench.client.sse import SSEParser
 
@@ -154,9 +154,7 @@ class ResponseStream:
                 rec.end_ns = t
                 return True
             choices = obj.get("choices")
-            if "error" in obj and not choices:
-                err = obj["error"]
-                msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            if not choices and (msg := stream_error(obj)) is not None:
                 rec.fail("server_error", msg)
                 rec.end_ns = t
                 return True
@@ -220,9 +218,8 @@ class ResponseStream:
             obj = json.loads(bytes(self.collected or b""))
         except ValueError:
             obj = None
-        if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
-            err = obj["error"]
-            rec.fail("server_error", err.get("message", str(err)) if isinstance(err, dict) else str(err))
+        if isinstance(obj, dict) and (msg := stream_error(obj)) is not None:
+            rec.fail("server_error", msg)
             return
         rec.fail("not_streamed", NOT_STREAMED_HINT)
 

@@ -3,17 +3,23 @@
 Preflight ends with one real streaming request through the timed transport: the untimed calls
 and the timed requests must see the server the same way (credentials, redirects, compression,
 streaming), and a server that answers the one but not the other stops the run here, exit 3,
-instead of turning every measured request into an error row.
+instead of turning every measured request into an error row. Answers a busy server gives
+(429, 5xx, an error event, a timeout) prove the path works: the run goes on and the rows show
+them. A cut or garbled stream is tried again, PROBE_ATTEMPTS in all, and stops the run if it
+persists: every request would end the same way. When the run's longest prompt makes bodies of
+SIZE_PROBE_MIN_BYTES or more, one request of that size follows, so a proxy's body limit
+(HTTP 413) stops the run here rather than failing every long request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +28,28 @@ import aiohttp
 from kvbench.baseurl import REDACTED, BaseURL, redact_url
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body
 from kvbench.client.control import ControlClient
+from kvbench.client.detail import body_detail
 from kvbench.engines.adapters import detect_engine
 from kvbench.errors import TargetUnreachable, UsageError
 from kvbench.scenario import Scenario
 
-# Probe failures that a healthy server also gives now and then (load, faults): the run goes on and
-# the rows will show them. Any other failure means the timed path cannot work: stop.
-_TRANSIENT = ("timeout_", "http_429", "http_5", "server_error", "stream_truncated", "bad_sse", "bad_json")
+# Probe failures a healthy but busy server gives (load, injected faults): its answer came through,
+# so the run goes on. A stream that breaks on the way may be a one-off: tried again, stops if it
+# persists. Any other failure means the timed path cannot work: stop.
+_SERVER_SAID = ("timeout_", "http_429", "http_5", "server_error")
+_RETRY = ("stream_truncated", "bad_sse", "bad_json")
 PROBE_TIMEOUT_S = 60.0
+PROBE_ATTEMPTS = 3
+PROBE_BACKOFF_S = 0.5
+SIZE_PROBE_MIN_BYTES = 64 * 1024  # below this no proxy's body limit is plausible (nginx's default: 1 MiB)
+BYTES_PER_TOKEN = 6  # kvbench's prompt words with their space average under this: an upper estimate
+_HINTS = {
+    "stream_truncated": "the stream ends before [DONE] or a finish_reason: a proxy or load balancer "
+    "cutting streams (read/idle timeouts, response size limits)?",
+    "http_413": "the request body is larger than the target accepts (nginx: client_max_body_size)",
+    "bad_sse": "the answer is not a clean event stream: a proxy rewriting it?",
+    "connect_error": "the timed transport cannot connect where the untimed calls did (target.transport?)",
+}
 
 
 @dataclass
@@ -135,9 +155,7 @@ async def preflight(http: ControlClient, scn: Scenario) -> tuple[str, str | None
             if isinstance(m, dict) and m.get("id") == model and m.get("max_model_len"):
                 max_len = int(m["max_model_len"])
     elif model is None:
-        raise TargetUnreachable(
-            f"{http.base_url}/v1/models answered HTTP {status} without models; name one with --model"
-        )
+        raise TargetUnreachable(f"{http.base_url}/v1/models answered {_models_answer(status, body)}")
     version = None
     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
         vs, vb = await http.request("GET", "/version")
@@ -149,7 +167,8 @@ async def preflight(http: ControlClient, scn: Scenario) -> tuple[str, str | None
 
 
 async def probe_timed(http: ControlClient, scn: Scenario, model: str) -> RequestRecord:
-    """One short streaming request through the timed transport; exit 3 if that path cannot work."""
+    """One short streaming request through the timed transport (tried again if its stream broke),
+    then one as large as the run's longest; exit 3 if that path cannot work."""
     t = scn.target.timeouts
     cfg = ClientConfig(
         base_url=http.base_url,
@@ -165,18 +184,66 @@ async def probe_timed(http: ControlClient, scn: Scenario, model: str) -> Request
     )
     client = StreamingClient(cfg, http.session, time.perf_counter_ns(), http.headers)
     try:
-        rec = await client.send(
-            RequestRecord(f"transport-probe-{secrets.token_hex(4)}"),
-            build_body(cfg, f"kvbench transport probe {secrets.token_hex(8)}: say hello."),
-        )
+        for attempt in range(1, PROBE_ATTEMPTS + 1):
+            rec = await client.send(
+                RequestRecord(f"transport-probe-{secrets.token_hex(4)}"),
+                build_body(cfg, f"kvbench transport probe {secrets.token_hex(8)}: say hello."),
+            )
+            if rec.ok or not (rec.error_type or "").startswith(_RETRY) or attempt == PROBE_ATTEMPTS:
+                break
+            await asyncio.sleep(PROBE_BACKOFF_S * attempt)
+        if not rec.ok and not (rec.error_type or "").startswith(_SERVER_SAID):
+            tries = f", {attempt} attempts" if attempt > 1 else ""
+            raise TargetUnreachable(
+                f"{http.base_url}: /v1/models answers but a timed streaming request fails "
+                f"({client.transport.name} transport{tries}): {rec.error_type}: {rec.error_message}"
+                + _hint(rec.error_type)
+            )
+        await _probe_body_size(client, replace(cfg, max_tokens=1), scn)
     finally:
         await client.aclose()
-    if not rec.ok and not (rec.error_type or "").startswith(_TRANSIENT):
-        raise TargetUnreachable(
-            f"{http.base_url}: /v1/models answers but a timed streaming request fails "
-            f"({client.transport.name} transport): {rec.error_type}: {rec.error_message}"
-        )
     return rec
+
+
+def longest_body_tokens(scn: Scenario) -> int:
+    """The most prompt tokens one timed request of the run carries (a session's whole context)."""
+    return max(scn.prompts.max_length(), int(getattr(scn.test, "max_context_tokens", 0) or 0))
+
+
+async def _probe_body_size(client: StreamingClient, cfg: ClientConfig, scn: Scenario) -> None:
+    """One request at least as large as the run's largest body: a proxy's body limit stops the run."""
+    tokens = longest_body_tokens(scn)
+    size = tokens * BYTES_PER_TOKEN
+    if size < SIZE_PROBE_MIN_BYTES:
+        return
+    client.cfg = cfg
+    # " the" is one token in 4 bytes: the body is the longest prompt's size or more, never less; a
+    # server that finds it past its context answers 400 at once, which passes (the size got through)
+    body = build_body(cfg, f"kvbench size probe {secrets.token_hex(8)}:" + " the" * (size // 4))
+    rec = await client.send(RequestRecord(f"transport-probe-size-{secrets.token_hex(4)}"), body)
+    if rec.http_status == 413:
+        raise TargetUnreachable(
+            f"{cfg.base_url}: a timed request of {len(body) / 1024:,.0f} KiB (the run's longest prompt, "
+            f"{tokens:,} tokens) was refused: HTTP 413 {rec.error_message}; " + _HINTS["http_413"]
+        )
+
+
+def _hint(error_type: str | None) -> str:
+    hint = _HINTS.get(error_type or "")
+    return f" ({hint})" if hint else ""
+
+
+def _models_answer(status: int, body: object) -> str:
+    """What a /v1/models answer without models said, and what to do: the page's own words first."""
+    detail = body_detail(body)
+    said = f"HTTP {status}" + (f" ({detail})" if detail and detail != str(status) else "")
+    if status == 200:
+        return f"{said} without models; name one with --model"
+    if status == 404:
+        return f"{said}: no OpenAI-style API at this URL (check its path), or name the model with --model"
+    if status >= 500:
+        return f"{said}: the server, or the one behind this proxy, is down or not ready"
+    return said
 
 
 def _why(exc: BaseException) -> str:

@@ -3,7 +3,9 @@
 Each server is a few lines of asyncio on port 0 writing exact bytes: a stream held open after
 `[DONE]`, a stall after the first token, response heads with bare `\\n` line ends, a JSON
 answer to a streaming request, a compressed stream nobody asked for, an API key echoed in an
-error, credentials that must become Basic auth with a clean Host header.
+error, credentials that must become Basic auth with a clean Host header; and one view of a
+server: large response heads judged alike on every path, every error shape a failed row, error
+pages that keep their title, a timed probe that stops runs every request would fail.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 
+import aiohttp
 import pytest
 
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, make_session
@@ -267,3 +270,172 @@ async def test_probe_stops_a_run_the_untimed_calls_would_have_started(tmp_path):
             await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
     assert exc.value.exit_code == 3
     assert not list(tmp_path.iterdir())  # stopped before a run directory was made
+
+
+# -- one view of a server: the timed and the untimed paths accept the same responses ------------------
+
+MODELS = json.dumps({"data": [{"id": "m", "owned_by": "x"}]}).encode()
+OK_STREAM = SSE_HEAD + chunk(sse(*TOKENS, USAGE) + b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+
+def json_answer(body: bytes, status: bytes = b"200 OK", extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 %b\r\nContent-Type: application/json\r\n%bContent-Length: %d\r\n\r\n%b" % (
+        status,
+        extra,
+        len(body),
+        body,
+    )
+
+
+@pytest.mark.parametrize("size", [64 * 1024, 200 * 1024])
+async def test_a_large_response_header_is_judged_alike_on_every_path(size):
+    """A 64 KiB header (a gateway's trace or cookie) passes every path; a 200 KiB one fails every path."""
+    big = b"X-Trace: " + b"t" * size + b"\r\n"
+
+    async def server(req, w):
+        if req.startswith(b"GET /v1/models"):
+            w.write(json_answer(MODELS, extra=big))
+        else:
+            w.write(OK_STREAM.replace(b"\r\n\r\n", b"\r\n" + big + b"\r\n", 1))
+
+    async with RawServer(server) as srv:
+        recs = [await send(srv.url, transport) for transport in TRANSPORTS]
+        async with make_session(1, 5) as session:
+            try:
+                status, body = await ControlClient(session, srv.url, {}).request("GET", "/v1/models")
+            except aiohttp.ClientResponseError as exc:
+                status, body = None, str(exc)
+    if size == 64 * 1024:
+        assert [r.ok for r in recs] == [True, True] and status == 200 and body["data"][0]["id"] == "m"
+    else:
+        assert [r.error_type for r in recs] == ["client_error", "client_error"], [
+            r.error_message for r in recs
+        ]
+        assert status is None and "131072" in body  # the one limit, named
+
+
+ERROR_SHAPES = {
+    "openai-nested": {"error": {"message": "prompt too long", "type": "BadRequestError", "code": 400}},
+    "vllm-flat": {"object": "error", "message": "prompt too long", "type": "BadRequestError", "code": 400},
+    "tgi-string": {"error": "prompt too long", "error_type": "validation"},
+}
+
+
+@pytest.mark.parametrize("shape", list(ERROR_SHAPES))
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_every_error_shape_in_a_200_stream_is_a_failed_row_with_its_message(transport, shape):
+    async def server(_req, w):
+        w.write(SSE_HEAD + chunk(sse(TOKENS[0], ERROR_SHAPES[shape]) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+    async with RawServer(server) as srv:
+        rec = await send(srv.url, transport)
+    assert (rec.status, rec.error_type, rec.error_message) == ("error", "server_error", "prompt too long")
+
+
+@pytest.mark.parametrize("shape", list(ERROR_SHAPES))
+async def test_every_error_shape_as_a_json_answer_is_a_server_error(shape):
+    async def server(_req, w):
+        w.write(json_answer(json.dumps(ERROR_SHAPES[shape]).encode()))
+
+    async with RawServer(server) as srv:
+        rec = await send(srv.url, "http1")
+    assert (rec.error_type, rec.error_message) == ("server_error", "prompt too long")
+
+
+NGINX_502 = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n"
+    b"</body>\r\n</html>\r\n"
+)
+
+
+async def run_against_raw(srv: RawServer, tmp_path, **overrides):
+    scn, _ = load_scenario("throughput", {"target.base_url": srv.url, "cache.reset": "never", **overrides})
+    return await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
+
+
+async def test_an_error_page_on_models_keeps_its_title_in_the_hint(tmp_path):
+    async def server(_req, w):
+        w.write(
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%b"
+            % (len(NGINX_502), NGINX_502)
+        )
+
+    async with RawServer(server) as srv:
+        with pytest.raises(TargetUnreachable) as exc:
+            await run_against_raw(srv, tmp_path)
+    msg = str(exc.value)
+    assert "HTTP 502 (502 Bad Gateway)" in msg and "--model" not in msg and "down or not ready" in msg
+    assert exc.value.exit_code == 3 and "\n" not in msg
+
+
+async def test_probe_stops_a_run_whose_streams_are_cut(tmp_path):
+    """Every stream ends without [DONE] or a finish_reason: tried 3 times, then exit 3, one line."""
+    posts = []
+
+    async def server(req, w):
+        if req.startswith(b"GET /v1/models"):
+            w.write(json_answer(MODELS))
+        elif req.startswith(b"POST /v1/completions"):
+            posts.append(req)
+            w.write(SSE_HEAD + chunk(sse(TOKENS[0])) + b"0\r\n\r\n")
+        else:
+            w.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    async with RawServer(server) as srv:
+        with pytest.raises(
+            TargetUnreachable, match=r"3 attempts\): stream_truncated: .*cutting streams"
+        ) as exc:
+            await run_against_raw(srv, tmp_path)
+    assert exc.value.exit_code == 3 and len(posts) == 3 and "\n" not in str(exc.value)
+    assert not list(tmp_path.iterdir())  # stopped before a run directory was made
+
+
+async def test_probe_tries_again_after_one_cut_stream(tmp_path):
+    """A busy server's one-off failure does not stop the run: the second attempt passes."""
+    from kvbench.run.target import probe_timed
+
+    posts = []
+
+    async def server(req, w):
+        posts.append(req)
+        w.write(SSE_HEAD + chunk(sse(TOKENS[0])) + b"0\r\n\r\n" if len(posts) == 1 else OK_STREAM)
+
+    async with RawServer(server) as srv, make_session(1, 5) as session:
+        scn, _ = load_scenario("throughput", {"target.base_url": srv.url, "prompts.lengths": [100]})
+        rec = await probe_timed(ControlClient(session, srv.url, {}), scn, "m")
+    assert rec.ok and len(posts) == 2
+
+
+@pytest.mark.parametrize("tokens", [2_000, 20_000])
+async def test_probe_stops_a_run_whose_long_bodies_a_proxy_refuses(tmp_path, tokens):
+    """A proxy refuses bodies over 100 KB (nginx: client_max_body_size) with 413: 20k-token prompts
+    would fail every request; the probe sends one as large as the longest and stops the run."""
+    sizes = []
+
+    async def server(req, w):
+        if req.startswith(b"GET /v1/models"):
+            w.write(json_answer(MODELS))
+            return
+        sizes.append(len(req.partition(b"\r\n\r\n")[2]))
+        if sizes[-1] > 100_000:
+            page = NGINX_502.replace(b"502 Bad Gateway", b"413 Request Entity Too Large")
+            w.write(
+                b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: %d\r\n\r\n%b" % (len(page), page)
+            )
+        else:
+            w.write(OK_STREAM)
+
+    async with RawServer(server) as srv, make_session(1, 5) as session:
+        from kvbench.run.target import probe_timed
+
+        scn, _ = load_scenario("throughput", {"target.base_url": srv.url, "prompts.lengths": [tokens]})
+        probe = probe_timed(ControlClient(session, srv.url, {}), scn, "m")
+        if tokens == 2_000:  # 12 KB at most: no size probe, nothing refused
+            assert (await probe).ok and len(sizes) == 1
+            return
+        with pytest.raises(
+            TargetUnreachable, match=r"HTTP 413 413 Request Entity Too Large.*client_max_body_size"
+        ):
+            await probe
+    assert len(sizes) == 2 and sizes[1] >= tokens * 4  # the size probe: at least the longest prompt's bytes

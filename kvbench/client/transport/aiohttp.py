@@ -15,6 +15,7 @@ import time
 import aiohttp
 
 from kvbench.client.transport.base import (
+    HEAD_LIMITS,
     BadResponse,
     ConnectFailed,
     ConnectionLost,
@@ -42,7 +43,7 @@ class AiohttpTransport(TimedTransport):
             connector = aiohttp.TCPConnector(limit=self.limit, limit_per_host=0, ttl_dns_cache=300)
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=None)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=False, read_bufsize=2**18
+                connector=connector, timeout=timeout, auto_decompress=False, read_bufsize=2**18, **HEAD_LIMITS
             )
         return self._session
 

@@ -12,6 +12,8 @@ connection and lets CancelledError propagate.
 
 Implementations: `http1.Http1Transport` (kvbench's own keep-alive HTTP/1.1, the default for
 http://), `aiohttp.AiohttpTransport` (https://, or chosen with `target.transport: aiohttp`).
+HEAD_LIMITS is what every path (both timed transports and the untimed session) accepts in a
+response head, so no path refuses a response another accepted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+# A head line (status line, or `name: value`) of at most MAX_HEAD_LINE bytes and at most
+# MAX_HEAD_FIELDS header lines: aiohttp's own defaults (8,190 bytes, 128) refused heads real
+# gateways send (a 64 KiB cookie or trace header) that kvbench's HTTP/1.1 transport took.
+MAX_HEAD_LINE = 128 * 1024
+MAX_HEAD_FIELDS = 256
+HEAD_LIMITS = {
+    "max_line_size": MAX_HEAD_LINE,
+    "max_field_size": MAX_HEAD_LINE,
+    "max_headers": MAX_HEAD_FIELDS,
+}
 
 
 class TransportError(Exception):

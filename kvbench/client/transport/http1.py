@@ -31,6 +31,8 @@ from typing import Any
 
 from kvbench.client.transport import kstamp
 from kvbench.client.transport.base import (
+    MAX_HEAD_FIELDS,
+    MAX_HEAD_LINE,
     BadResponse,
     ConnectFailed,
     ConnectionLost,
@@ -43,6 +45,7 @@ from kvbench.client.transport.base import (
 # long so the connection can be reused; a server that holds the stream open is dropped then.
 DRAIN_S = 2.0
 _BLANK_LINE = re.compile(rb"\r?\n\r?\n")
+_MAX_HEAD = (MAX_HEAD_FIELDS + 1) * (MAX_HEAD_LINE + 2)  # what the per-line limits allow in all
 
 
 class Http1Transport(TimedTransport):
@@ -315,12 +318,16 @@ class Exchange:
         buf = self.buf + data if self.buf else data
         m = _BLANK_LINE.search(buf)
         if m is None:
-            if len(buf) > 65536:
-                raise BadResponse("response head larger than 64 KiB")
+            if len(buf) > _MAX_HEAD:
+                raise BadResponse(f"response head larger than {_MAX_HEAD:,} bytes")
             self.buf = buf
             return b""
         self.buf = b""
         lines = [line.rstrip("\r") for line in buf[: m.start()].decode("latin-1").split("\n")]
+        if len(lines) > MAX_HEAD_FIELDS + 1 or max(map(len, lines)) > MAX_HEAD_LINE:
+            raise BadResponse(
+                f"response head has a line over {MAX_HEAD_LINE:,} bytes or over {MAX_HEAD_FIELDS} headers"
+            )
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
             raise BadResponse(f"bad status line {lines[0][:80]!r}")
