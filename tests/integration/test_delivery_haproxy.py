@@ -29,6 +29,7 @@ from kvbench.scenario import load_scenario
 HAPROXY = shutil.which("haproxy") or next((p for p in ("/usr/sbin/haproxy",) if Path(p).exists()), None)
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timing,  # read TTFT against the mock's own stamps, through a real proxy
     pytest.mark.skipif(
         HAPROXY is None, reason="haproxy is not installed (apt-get install haproxy; .ci/run does)"
     ),
