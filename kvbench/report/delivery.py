@@ -17,7 +17,7 @@ WHAT = {
 }
 CAUSE = (
     "a proxy batching the stream? HAProxy: option http-no-delay; "
-    "nginx: proxy_buffering off or X-Accel-Buffering: no"
+    "nginx: proxy_buffering off or X-Accel-Buffering: no; else a server too loaded to write as it goes"
 )
 
 
