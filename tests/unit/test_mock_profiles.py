@@ -49,6 +49,26 @@ def test_unknown_fields_and_profiles_are_rejected():
         load_profile("ci", {"time_scale": -1})
 
 
+def test_fabric_names_a_topology_or_its_one_link_and_knobs_default_off():
+    g4 = load_profile("ibm-g4")
+    assert g4.fabric.topology == "ibm-g4" and g4.fabric.capacity_bytes_per_s is None
+    assert g4.tiers.G4.aggregate_bandwidth_bytes_per_s is None  # the topology's storage_read
+    c = g4.fabric.contention
+    assert (c.loaded_latency_s, c.storage_cpu_slowdown, c.incast_loss) == (0.0, 0.0, 0.0)
+    assert load_profile("ci", {"fabric.contention.incast_loss": 0.3}).fabric.contention.incast_loss == 0.3
+    for bad, match in [
+        ({"fabric.topology": "nope"}, "unknown 'nope'"),
+        ({"fabric.capacity_bytes_per_s": 1e9}, "comes from the topology"),
+        ({"tiers.G4.aggregate_bandwidth_bytes_per_s": 1e9}, "leave it null"),
+        ({"fabric.contention.incast_loss": 1.5}, "incast_loss"),
+        ({"fabric.floor_fraction": 0.1}, "floor_fraction"),  # max-min fairness replaced the floor
+    ]:
+        with pytest.raises(UsageError, match=match):
+            load_profile("ci", bad)
+    with pytest.raises(UsageError, match="give topology"):
+        load_profile("laptop", {"fabric.capacity_bytes_per_s": None})
+
+
 def test_overrides():
     assert load_profile("fixed-delay", {"ttft_ms": 20}).ttft_ms == 20
     assert load_profile("ci", {"tiers.G4.enabled": False}).tiers.G4.enabled is False

@@ -151,6 +151,36 @@ def test_a_small_share_on_the_noised_resource_says_noise_could_not_matter():
     assert "capacity unknown" in big.sentence
 
 
+def test_offered_and_achieved_are_two_numbers_and_a_full_share_left_says_bandwidth_cannot_cost():
+    from kvbench.report.noise_report import noise_line
+
+    comps = {"onboard_G4": 30.0, "decode": 70.0}
+    extra = {"noise_link": "storage_read", "noise_flows": 4, "left_bytes_per_s": 8e10}
+    quiet = _phase("quiet", "quiet-1", comps, cap=3.15e11).model_copy(update=extra)
+    noisy = _phase("noisy", "noisy-1", comps, noise=2e11, cap=3.15e11).model_copy(
+        update={**extra, "noise_offered_bytes_per_s": 2e11}
+    )
+    x = noise_explain.explain_noise([quiet, noisy], "tcp")
+    assert x is not None and x.noise_offered_bytes_per_s == 2e11 and x.noise_bytes_per_s == 2e11
+    assert x.utilisation == pytest.approx(200 / 315) and x.bandwidth_predicts_drop is False
+    assert [m.split(" (")[0] for m in x.other_mechanisms] == [
+        "latency under load",
+        "storage CPU",
+        "incast at the switch",
+    ]
+    assert (
+        "bandwidth alone predicts no slowdown" in x.sentence and "fabric.contention.incast_loss" in x.sentence
+    )
+    line = noise_line(x)
+    assert line.startswith("noise achieved: 200 GB/s of 200 GB/s offered by 4 flows on the storage_read")
+    assert "63% of its 315 GB/s capacity" in line and "bandwidth alone predicts no slowdown" in line
+    # the noise took the reads' share: bandwidth does predict a drop, and nothing else is listed
+    cut = noisy.model_copy(update={"left_bytes_per_s": 4e10})
+    y = noise_explain.explain_noise([quiet, cut], "tcp")
+    assert y is not None and y.bandwidth_predicts_drop is True and not y.other_mechanisms
+    assert "bandwidth alone" not in noise_line(y)
+
+
 # --------------------------------------------------------------------------- paired effect
 
 
