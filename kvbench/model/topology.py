@@ -281,3 +281,32 @@ def bandwidth_drop(
     quiet = topology.share(1, cache_demand_bytes_per_s, [], contention).cache_total
     noisy = topology.share(1, cache_demand_bytes_per_s, per, contention).cache_total
     return max(0.0, 1.0 - noisy / quiet) if quiet > 0 else 0.0
+
+
+def from_capacities(capacities: Sequence[tuple[str, float, bool]], name: str = "bound") -> Topology:
+    """The topology an audit bound states: (link, bytes/s, whether the noise crosses it) per capacity;
+    the cache reads cross every one, the noise those it shares plus its sources' own (unbounded) link."""
+    links = tuple(Link(n, c, "a capacity of the bound") for n, c, _ in capacities)
+    src = Link("noise_sources", math.inf, "the noise sources' own links (not a bound)")
+    return Topology(
+        name=name,
+        description="from an audit bound's capacities",
+        links=(*links, src),
+        cache_path=tuple(n for n, _, _ in capacities),
+        noise_path=(src.name, *(n for n, _, shared in capacities if shared)),
+    )
+
+
+def bandwidth_reading(
+    capacities: Sequence[tuple[str, float, bool]], demand: float, noise: float, noise_flows: int
+) -> dict[str, object]:
+    """What bandwidth alone predicts for a run whose reads average `demand` bytes/s beside `noise`
+    from `noise_flows` sources, by this module's one rule (the audit's bound reads it)."""
+    t = from_capacities(capacities)
+    drop = bandwidth_drop(t, demand, noise, max(1, noise_flows))
+    return {
+        "rule": "max-min fair per flow (kvbench.model.topology): the run's reads as one flow at their "
+        "average rate beside one flow per noise source",
+        "bandwidth_drop": drop,
+        "other_mechanisms": [f"{n} ({knob})" for n, knob, _ in OTHER_MECHANISMS] if drop < 0.01 else [],
+    }

@@ -11,6 +11,7 @@ from kvbench.model.topology import (
     Link,
     Topology,
     bandwidth_drop,
+    from_capacities,
     max_min_fair,
     two_links,
 )
@@ -94,3 +95,11 @@ def test_a_path_through_an_unknown_link_is_refused():
         Topology("x", "", (Link("a", 0.0, ""),), ("a",), ("a",))
     with pytest.raises(ValueError, match="unknown link"):
         max_min_fair({"a": 1.0}, [Flow(("b",))])
+
+
+def test_an_audit_bounds_capacities_make_a_topology_with_the_same_rule():
+    caps = [("storage_read_bw", 315e9, True), ("client_net_bw", 80e9, False)]
+    t = from_capacities(caps)
+    assert t.cache_path == ("storage_read_bw", "client_net_bw")
+    assert t.noise_path == ("noise_sources", "storage_read_bw") and t.shared_link == "storage_read_bw"
+    assert bandwidth_drop(t, 18.9e9, 200e9, 4) == bandwidth_drop(PUBLISHED_G4, 18.9e9, 200e9, 4) == 0.0

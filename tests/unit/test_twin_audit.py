@@ -9,7 +9,13 @@ from kvbench.audit import audit, load_claims
 from kvbench.mock.prediction import predict_closed_loop
 from kvbench.mock.profiles import load_profile
 from kvbench.mock.timing import derive_params
-from kvbench.model.topology import OTHER_MECHANISMS, PUBLISHED_G4, Contention, bandwidth_drop
+from kvbench.model.topology import (
+    OTHER_MECHANISMS,
+    PUBLISHED_G4,
+    Contention,
+    bandwidth_drop,
+    bandwidth_reading,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +50,14 @@ def test_twin_and_audit_agree_bandwidth_alone_predicts_no_drop_at_the_published_
     quiet = predict_closed_loop(twin, warm_start=True)
     noisy = predict_closed_loop(twin, warm_start=True, noise=noise)
     twin_drop = 1.0 - noisy.requests_per_s / quiet.requests_per_s
-    # the audit's reading: the run's average KV read rate as one flow beside the 4 noise flows
-    audit_drop = bandwidth_drop(PUBLISHED_G4, bound["demand"], bound["noise"], len(noise))
+    # the audit's reading: the run's average KV read rate as one flow beside the 4 noise flows, on
+    # the links its bound states (the same as the twin's: the test above)
+    caps = [(r["figure"], r["capacity"], r["noise_shares"]) for r in bound["rows"]]
+    reading = bandwidth_reading(caps, bound["demand"], bound["noise"], len(noise))
+    audit_drop = reading["bandwidth_drop"]
+    assert audit_drop == pytest.approx(bandwidth_drop(PUBLISHED_G4, bound["demand"], bound["noise"], 4))
     assert twin_drop == pytest.approx(audit_drop, abs=0.01)
+    assert [m.split(" (")[0] for m in reading["other_mechanisms"]] == [m[0] for m in OTHER_MECHANISMS]
     assert twin_drop < 0.01 and bound["fits"] is True
     assert "cannot explain" in bound["verdict"]
     assert bound["throughput_drop"] == pytest.approx(1 - 3.6 / 4.26)  # the published 15.5%, unexplained
