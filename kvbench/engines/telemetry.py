@@ -3,15 +3,13 @@
 Counters are cumulative since the server started: a raw value says nothing
 about a run, so only deltas (end of phase minus start) are ever reported.
 Parsing uses prometheus-client's own text parser. Which families are kept is the union of
-the registered engine adapters' `metric_prefixes` (kvbench.engines.adapters).
+the registered engine adapters' `metric_prefixes` (kvbench.engines.adapters). Sampling while a
+phase runs is kvbench.telemetry.sampler's: it calls `Scraper.scrape` over a session of its own.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -33,6 +31,13 @@ def parse_metrics(text: str, keep: tuple[str, ...] | None = None) -> dict[Sample
 
     if keep is None:
         keep = metric_prefixes()
+    if keep:  # lines of other families never reach the parser: a scrape every 0.1 s stays cheap
+        text = "\n".join(
+            line
+            for line in text.splitlines()
+            if line.startswith(keep)
+            or (line.startswith(("# HELP ", "# TYPE ")) and line[7:].startswith(keep))
+        )
     out: dict[SampleKey, float] = {}
     for family in text_string_to_metric_families(text):
         if keep and not family.name.startswith(keep):
@@ -69,11 +74,12 @@ class Scraper:
     enabled: bool = True
     samples_written: int = field(default=0)
 
-    async def scrape(self, phase: str) -> dict[SampleKey, float] | None:
+    async def scrape(self, phase: str, http: ControlClient | None = None) -> dict[SampleKey, float] | None:
+        """Samples now, written as rows; `http`: a client of its own (the sampler's, during a phase)."""
         if not self.enabled:
             return None
         try:
-            status, text = await self.http.get_text("/metrics")
+            status, text = await (http or self.http).get_text("/metrics")
         except (aiohttp.ClientError, TimeoutError):
             return None
         if status != 200:
@@ -91,21 +97,3 @@ class Scraper:
                 )
                 self.samples_written += 1
         return samples
-
-    @contextlib.asynccontextmanager
-    async def during(self, phase: str, interval_s: float) -> AsyncIterator[None]:
-        """Scrape every `interval_s` while the body runs."""
-
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_s)
-                await self.scrape(phase)
-
-        task = asyncio.create_task(loop()) if self.enabled else None
-        try:
-            yield
-        finally:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task

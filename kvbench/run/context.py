@@ -25,6 +25,7 @@ from kvbench.run.limits import CLIENT_LIMIT, client_limit_message, is_client_lim
 from kvbench.run.progress import Progress
 from kvbench.run.target import TargetInfo
 from kvbench.scenario import Scenario
+from kvbench.telemetry.sampler import build_sampler
 
 
 @dataclass
@@ -57,12 +58,13 @@ class Run:
         self.http, self.client, self.adapter, self.origin_ns = http, client, adapter, origin_ns
         self.progress = Progress(quiet=opts.quiet)
         self.salt_rng = np.random.default_rng()  # unseeded on purpose: a salt must never repeat across runs
-        self.scraper = Scraper(
+        engine = Scraper(
             http,
             rd.writer("metrics.jsonl") if scn.telemetry.metrics == "auto" else None,
             origin_ns,
             enabled=scn.telemetry.metrics == "auto",
         )
+        self.scraper = build_sampler(engine, scn.telemetry, rd.path, self.progress.log)
         self.error_counts: Counter[str] = Counter()
         self.records: list[RequestRecord] = []
         self.noise_writer: JsonlWriter | None = None  # opened by the first noisy phase

@@ -208,6 +208,28 @@ class Cache(Strict):
     )
 
 
+class Exporter(Strict):
+    url: str = Field(..., description="The exporter's metrics URL, e.g. http://gpu-node:9400/metrics.")
+    kind: Literal["node", "dcgm", "prometheus"] = Field(
+        ..., description="node: node-exporter (network, disk); dcgm: NVIDIA DCGM (GPU); prometheus: any."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        check_base_url(v)  # scheme, host and port; the path (default /metrics) is kept
+        return v if urlsplit(v).path not in ("", "/") else v.rstrip("/") + "/metrics"
+
+
 class Telemetry(Strict):
     metrics: Literal["auto", "off"] = Field("auto", description="Scrape /metrics when the server has it.")
-    interval_s: float = Field(1.0, gt=0, description="Scrape period during a phase, seconds.")
+    interval_s: float = Field(
+        1.0, ge=0.1, description="Scrape period during a phase, seconds (0.1 at least), on the run's clock."
+    )
+    exporters: list[Exporter] = Field(
+        default_factory=list, description="Host and GPU exporters scraped on the same interval."
+    )
+    host: bool = Field(True, description="Sample this host's /proc/net/dev and /proc/diskstats too.")
+    slice_s: float | None = Field(
+        None, gt=0, description="The report's time-slice width, seconds. Absent: chosen from the run's span."
+    )
