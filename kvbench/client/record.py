@@ -40,7 +40,7 @@ class RequestRecord:
     finish_reason: str | None = None
     burst: bool = False  # first and last of several tokens within 1 ms of the headers (delivery.is_burst)
     first_read_tokens: int = 0  # content tokens the read that carried the first one held
-    delivery: str | None = None  # burst | batched | held_head: TTFT is a proxy's delivery (delivery.judge)
+    delivery: str | None = None  # burst | batched: TTFT is how a proxy delivered it (delivery.judge)
     clock_source: str = "user"  # "kernel": the first token's time is the kernel's RX stamp (kstamp)
     first_token_user_ns: int | None = None  # when the loop got to the first token (http1 only)
 

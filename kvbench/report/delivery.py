@@ -1,6 +1,6 @@
 """Per phase: was TTFT the server's, or how a proxy delivered the stream (the rows' `delivery`)?
 
-The client judges each request (kvbench.client.delivery: `burst`, `batched`, `held_head`); here
+The client judges each request (kvbench.client.delivery: `burst`, `batched`); here
 the rows are counted per phase, and a phase where most ok answers were delivery-bound gets its
 TTFT labelled so in the report and the key table, with one note naming the likely cause. Rows
 written before `delivery` existed count their `burst` flag only.
@@ -13,7 +13,6 @@ import pandas as pd
 WHAT = {
     "burst": "the whole answer came in one burst with the response headers",
     "batched": "the first read already held later tokens",
-    "held_head": "the response head came only with the first token",
 }
 CAUSE = (
     "a proxy batching the stream? HAProxy: option http-no-delay; "
@@ -33,6 +32,8 @@ def phase_delivery(df: pd.DataFrame) -> dict[str, str]:
     if df.empty or "phase" not in df.columns:
         return {}
     ok = df[(df["status"] == "ok") & df["first_token_ns"].notna()]
+    if "token_ns" in ok.columns:  # a one-token answer can show neither sign
+        ok = ok[ok["token_ns"].map(lambda t: isinstance(t, list) and len(t) >= 2)]
     out: dict[str, str] = {}
     for phase, rows in ok.groupby("phase", sort=False):
         kinds = _kinds(rows).dropna()

@@ -222,9 +222,11 @@ async def _probe_body_size(client: StreamingClient, cfg: ClientConfig, scn: Scen
     body = build_body(cfg, f"kvbench size probe {secrets.token_hex(8)}:" + " the" * (size // 4))
     rec = await client.send(RequestRecord(f"transport-probe-size-{secrets.token_hex(4)}"), body)
     if rec.http_status == 413:
+        msg = rec.error_message or ""
+        said = msg if msg.startswith("413") else f"HTTP 413 {msg}".strip()
         raise TargetUnreachable(
             f"{cfg.base_url}: a timed request of {len(body) / 1024:,.0f} KiB (the run's longest prompt, "
-            f"{tokens:,} tokens) was refused: HTTP 413 {rec.error_message}; " + _HINTS["http_413"]
+            f"{tokens:,} tokens) was refused: {said}; " + _HINTS["http_413"]
         )
 
 

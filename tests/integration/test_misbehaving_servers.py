@@ -435,7 +435,7 @@ async def test_probe_stops_a_run_whose_long_bodies_a_proxy_refuses(tmp_path, tok
             assert (await probe).ok and len(sizes) == 1
             return
         with pytest.raises(
-            TargetUnreachable, match=r"HTTP 413 413 Request Entity Too Large.*client_max_body_size"
+            TargetUnreachable, match=r"refused: 413 Request Entity Too Large; .*client_max_body_size"
         ):
             await probe
     assert len(sizes) == 2 and sizes[1] >= tokens * 4  # the size probe: at least the longest prompt's bytes

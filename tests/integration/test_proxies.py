@@ -4,7 +4,8 @@ nginx (the Debian package; .ci/run installs it) runs from a prefix directory of 
 own, on free loopback ports, never as a system service. Covered: an unbuffered keep-alive
 proxy (TTFT matches the mock's own log), nginx's default buffering (the delivery warning: a burst),
 gzip, basic auth with the credentials in the URL (they appear nowhere), an http->https
-redirect, and nginx's HTML error pages.
+redirect, nginx's HTML error pages (their title in the row and in /v1/models' hint), and a body
+limit (client_max_body_size) that the timed probe turns into exit 3.
 """
 
 from __future__ import annotations
@@ -242,3 +243,25 @@ async def test_nginx_error_page_becomes_its_title(tmp_path):
                 rec = await client.send(RequestRecord("r"), b"{}")
                 await client.aclose()
             assert rec.error_type == "http_502" and rec.error_message == "502 Bad Gateway", transport
+        with pytest.raises(TargetUnreachable) as exc:  # and /v1/models: the hint keeps the page's title
+            await run(tmp_path, f"http://127.0.0.1:{port}")
+    assert "HTTP 502 (502 Bad Gateway): the server, or the one behind this proxy" in str(exc.value)
+    assert "--model" not in str(exc.value)
+
+
+@pytest.mark.parametrize("transport", ["http1", "aiohttp"])
+async def test_a_body_limit_stops_the_run_at_the_probe_not_at_every_request(tmp_path, transport):
+    """nginx refuses bodies over 100 KB: 30k-token prompts (~180 KB) would all be 413; exit 3 instead."""
+    port = free_port()
+    limit = "proxy_buffering off; client_max_body_size 100k;"
+    async with spawned_mock("ci") as mock:
+        with nginx(tmp_path, proxy(port, mock.base_url, limit)), pytest.raises(TargetUnreachable) as exc:
+            await run(
+                tmp_path,
+                f"http://127.0.0.1:{port}",
+                **{"prompts.lengths": [30000], "target.transport": transport},
+            )
+    assert exc.value.exit_code == 3 and "\n" not in str(exc.value)
+    assert "refused: 413 Request Entity Too Large; " in str(exc.value)
+    assert "30,000 tokens" in str(exc.value) and "client_max_body_size" in str(exc.value)
+    assert not list((tmp_path / "results").glob("*/manifest.json"))  # stopped before a run was made
