@@ -25,8 +25,10 @@ from kvbench.engines.adapters import (  # noqa: F401  (importing a module regist
 from kvbench.engines.adapters.base import (
     ControlHTTP,
     EngineAdapter,
+    GaugeRef,
     TierOperationFailed,
     TierUnsupported,
+    TransferCounter,
     first_present_sum,
 )
 from kvbench.engines.adapters.registry import (
@@ -45,8 +47,10 @@ __all__ = [
     "REGISTRY",
     "ControlHTTP",
     "EngineAdapter",
+    "GaugeRef",
     "TierOperationFailed",
     "TierUnsupported",
+    "TransferCounter",
     "detect_engine",
     "detect_from",
     "engine_help",

@@ -7,7 +7,8 @@ engine-specific that the run needs is asked of the adapter, never hand-dispatche
 - counters: `hit_counters`, `query_counters`, `source_counters`, `tier_counter`; `hits()`,
   `queries()`, `sources()`, `tier_hits()` read them from per-phase deltas; `time_counters` and
   `time_split()` the engine's own seconds per request part (queue, prefill, decode, onboarding),
-  for the report's time attribution; `metric_prefixes` says which /metrics families are kept
+  for the report's time attribution; `metric_prefixes` says which /metrics families are kept;
+  `transfer_counters`, `queue_gauges`, `kv_usage_gauges` what the report reads over time
 - detection: `owned_by_words` (GET /v1/models) and `metric_words` (GET /metrics), asked in
   `detect_order`
 - prompts: `tokenize_styles` (the /tokenize dialects, first tried first), `extra_body` (added to
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from kvbench.errors import KvbenchError
@@ -65,6 +67,33 @@ def first_present_sum(deltas: Mapping[str, float], names: tuple[str, ...]) -> fl
     return None
 
 
+@dataclass(frozen=True)
+class TransferCounter:
+    """A cumulative counter of KV moved between tiers; the report turns its rate into GB/s per slice.
+
+    `unit` says what one count is: bytes, blocks (x the engine's block of KV) or tokens (x KV bytes
+    per token, from the model's geometry). A sample counts when it carries every label of `match`
+    (values compared without case); its tier is `tier`, or the value of its `tier_label`."""
+
+    name: str
+    direction: str  # onboard: towards the GPU (a hit read back); offload: away from it (a store)
+    tier: str = ""  # G2 host memory, G3 local disk, G4 shared storage; "" = from tier_label
+    unit: str = "bytes"
+    match: tuple[tuple[str, str], ...] = ()
+    tier_label: str | None = None
+    source: str = ""  # where the name comes from (the engine's own source)
+
+
+@dataclass(frozen=True)
+class GaugeRef:
+    """A gauge the report averages per slice (queue length, KV usage); `match` as TransferCounter's."""
+
+    name: str
+    unit: str = ""  # requests, fraction (0-1), bytes
+    match: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+
+
 class EngineAdapter:
     """Base adapter: a server with no known reset, counters or tiers (the `generic` engine)."""
 
@@ -87,6 +116,11 @@ class EngineAdapter:
     # seconds the engine itself spent per part of a request (report.attribution's components:
     # queue, prefill, onboard_G2/G3/G4, decode), each the first of its counters present
     time_counters: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    # over time (kvbench.report.slices): KV moved per tier, requests queued, KV cache held; the
+    # first gauge present wins
+    transfer_counters: ClassVar[tuple[TransferCounter, ...]] = ()
+    queue_gauges: ClassVar[tuple[GaugeRef, ...]] = ()
+    kv_usage_gauges: ClassVar[tuple[GaugeRef, ...]] = ()
 
     # -- detection ------------------------------------------------------------------------------
     owned_by_words: ClassVar[tuple[str, ...]] = ()  # substrings of /v1/models owned_by

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from kvbench.engines.adapters.base import EngineAdapter
+from typing import ClassVar
+
+from kvbench.engines.adapters.base import EngineAdapter, TransferCounter
 from kvbench.engines.adapters.registry import register
+
+KVBM_NAMES = (
+    "dynamo: lib/runtime/src/metrics/prometheus_names.rs (mod kvbm), counted in lib/llm/src/block_manager"
+)
 
 
 @register
@@ -18,3 +24,43 @@ class DynamoAdapter(EngineAdapter):
     owned_by_words = ("dynamo", "nvidia")
     metric_words = ("kvbm_",)
     detect_order = 60
+    # KVBM counts BLOCKS moved per path (KVBM_NAMES: kvbm_ + offload_blocks_d2h, offload_blocks_h2d
+    # (host to disk), offload_blocks_d2d (device to disk), onboard_blocks_h2d, onboard_blocks_d2d
+    # (disk to device)); the report multiplies by the block's bytes when it knows them
+    transfer_counters: ClassVar[tuple[TransferCounter, ...]] = (
+        TransferCounter(
+            "kvbm_onboard_blocks_h2d",
+            "onboard",
+            "G2",
+            "blocks",
+            source=KVBM_NAMES,
+        ),
+        TransferCounter(
+            "kvbm_onboard_blocks_d2d",
+            "onboard",
+            "G3",
+            "blocks",
+            source=KVBM_NAMES,
+        ),
+        TransferCounter(
+            "kvbm_offload_blocks_d2h",
+            "offload",
+            "G2",
+            "blocks",
+            source=KVBM_NAMES,
+        ),
+        TransferCounter(
+            "kvbm_offload_blocks_h2d",
+            "offload",
+            "G3",
+            "blocks",
+            source=KVBM_NAMES,
+        ),
+        TransferCounter(
+            "kvbm_offload_blocks_d2d",
+            "offload",
+            "G3",
+            "blocks",
+            source=KVBM_NAMES,
+        ),
+    )

@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kvbench.engines.adapters.base import ControlHTTP, EngineAdapter, TierOperationFailed
+from kvbench.engines.adapters.base import ControlHTTP, EngineAdapter, GaugeRef, TierOperationFailed
 from kvbench.engines.adapters.registry import register
 
 
@@ -73,6 +73,14 @@ class LlamacppAdapter(EngineAdapter):
     owned_by_words = ("llamacpp", "llama.cpp")
     metric_words = ("llamacpp:",)
     detect_order = 40
+    # llama-server --metrics (tools/server/server.cpp): requests waiting for a slot; the KV cache's used share
+    # (kv_cache_usage_ratio: in older builds only; absent, the column is empty)
+    queue_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("llamacpp:requests_deferred", "requests", source="tools/server/server.cpp (/metrics)"),
+    )
+    kv_usage_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("llamacpp:kv_cache_usage_ratio", "fraction", source="tools/server/server.cpp (/metrics)"),
+    )
     tokenize_styles = ("llamacpp", "vllm")
     extra_body: ClassVar[Mapping[str, Any]] = {"cache_prompt": True}
 

@@ -6,7 +6,9 @@ and `--engine lmcache` chooses this adapter explicitly.
 
 from __future__ import annotations
 
-from kvbench.engines.adapters.base import EngineAdapter
+from typing import ClassVar
+
+from kvbench.engines.adapters.base import EngineAdapter, GaugeRef, TransferCounter
 from kvbench.engines.adapters.registry import register
 
 
@@ -21,3 +23,18 @@ class LmcacheAdapter(EngineAdapter):
     metric_prefixes = ("lmcache:",)
     metric_words = ("lmcache:",)
     detect_order = 50
+    # lmcache/observability.py (PrometheusLogger): tokens found in LMCache (read back into the GPU),
+    # in tokens: the report multiplies by the KV bytes per token when the geometry is known;
+    # local_cache_usage in bytes
+    transfer_counters: ClassVar[tuple[TransferCounter, ...]] = (
+        TransferCounter(
+            "lmcache:num_hit_tokens_total",
+            "onboard",
+            "LMCache",
+            "tokens",
+            source="lmcache/observability.py (PrometheusLogger)",
+        ),
+    )
+    kv_usage_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("lmcache:local_cache_usage", "bytes", source="lmcache/observability.py (PrometheusLogger)"),
+    )

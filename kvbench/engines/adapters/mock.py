@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kvbench.engines.adapters.base import EngineAdapter
+from kvbench.engines.adapters.base import EngineAdapter, GaugeRef, TransferCounter
 from kvbench.engines.adapters.registry import register
 
 
@@ -24,3 +24,16 @@ class MockAdapter(EngineAdapter):
     metric_words = ("kvbench_mock_",)
     detect_order = 10
     fast_tier_reset_path: ClassVar[str | None] = "/reset_prefix_cache?tiers=G1,G2"
+    # kvbench/mock/metrics.py: modelled KV bytes read from each lower tier (no offload counter: the
+    # mock models what a read costs, not the stores), its queue and the bytes G1 holds
+    transfer_counters: ClassVar[tuple[TransferCounter, ...]] = (
+        TransferCounter(
+            "kvbench_mock_onboard_bytes_total", "onboard", tier_label="tier", source="kvbench/mock/metrics.py"
+        ),
+    )
+    queue_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("vllm:num_requests_waiting", "requests", source="kvbench/mock/metrics.py"),
+    )
+    kv_usage_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("kvbench_mock_tier_used_bytes", "bytes", (("tier", "G1"),), "kvbench/mock/metrics.py"),
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kvbench.engines.adapters.base import EngineAdapter
+from typing import ClassVar
+
+from kvbench.engines.adapters.base import EngineAdapter, GaugeRef
 from kvbench.engines.adapters.registry import register
 
 
@@ -19,3 +21,10 @@ class SglangAdapter(EngineAdapter):
     owned_by_words = ("sglang",)
     metric_words = ("sglang:",)
     detect_order = 30
+    # python/sglang/srt/metrics/collector.py: requests queued, share of the KV pool in use (a fraction)
+    queue_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("sglang:num_queue_reqs", "requests", source="python/sglang/srt/metrics/collector.py"),
+    )
+    kv_usage_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("sglang:token_usage", "fraction", source="python/sglang/srt/metrics/collector.py"),
+    )

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from kvbench.engines.adapters.base import EngineAdapter
+from kvbench.engines.adapters.base import EngineAdapter, GaugeRef, TransferCounter
 from kvbench.engines.adapters.registry import register
+
+OFFLOAD_METRICS = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py (OffloadingConnector)"
 
 
 @register
@@ -37,3 +39,29 @@ class VllmAdapter(EngineAdapter):
     detect_order = 20
     # vLLM ignores `tiers` and drops its own (GPU) prefix cache; a KV connector's lower tiers stay
     fast_tier_reset_path: ClassVar[str | None] = "/reset_prefix_cache?tiers=G1,G2"
+    # the OffloadingConnector's bytes per direction (OFFLOAD_METRICS: vllm:kv_offload_total_bytes,
+    # label transfer_type CPU_to_GPU / GPU_to_CPU); queue and KV usage from vllm/v1/metrics/loggers.py
+    # (kv_cache_usage_perc is a fraction, gpu_cache_usage_perc its name before v1)
+    transfer_counters: ClassVar[tuple[TransferCounter, ...]] = (
+        TransferCounter(
+            "vllm:kv_offload_total_bytes_total",
+            "onboard",
+            "G2",
+            match=(("transfer_type", "CPU_to_GPU"),),
+            source=OFFLOAD_METRICS,
+        ),
+        TransferCounter(
+            "vllm:kv_offload_total_bytes_total",
+            "offload",
+            "G2",
+            match=(("transfer_type", "GPU_to_CPU"),),
+            source=OFFLOAD_METRICS,
+        ),
+    )
+    queue_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("vllm:num_requests_waiting", "requests", source="vllm/v1/metrics/loggers.py"),
+    )
+    kv_usage_gauges: ClassVar[tuple[GaugeRef, ...]] = (
+        GaugeRef("vllm:kv_cache_usage_perc", "fraction", source="vllm/v1/metrics/loggers.py"),
+        GaugeRef("vllm:gpu_cache_usage_perc", "fraction", source="vllm/v1/metrics/loggers.py (before v1)"),
+    )
