@@ -71,6 +71,6 @@ def stream_error(obj: dict[str, Any]) -> str | None:
 
 def body_detail(body: Any) -> str:
     """error_detail for a body the untimed client already decoded (JSON value or text)."""
-    if body is None:
-        return ""
+    if body is None or (isinstance(body, dict) and not {"error", "detail", "message"} & body.keys()):
+        return ""  # nothing that says what went wrong (a 200 list without models, say)
     return error_detail(body if isinstance(body, str) else json.dumps(body))

@@ -139,6 +139,8 @@ async def preflight(http: ControlClient, scn: Scenario) -> tuple[str, str | None
     """GET /v1/models: the model to use, the server version, the context length. Exit 3 if unreachable."""
     try:
         status, body = await http.request("GET", "/v1/models")
+    except aiohttp.ClientResponseError as exc:  # it answered, but not with HTTP kvbench can read
+        raise TargetUnreachable(f"{http.base_url}/v1/models: bad HTTP response: {exc.message}") from None
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise TargetUnreachable(f"cannot reach {http.base_url}: {_why(exc)}") from None
     if status in (401, 403):

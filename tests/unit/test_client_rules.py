@@ -200,3 +200,34 @@ def test_url_credentials_and_an_api_key_cannot_both_be_sent(monkeypatch):
     scn, _ = load_scenario("ttft", {"target.base_url": "http://u:p@h:8000", "target.api_key_env": "KV_KEY"})
     with pytest.raises(UsageError, match="cannot both be sent"):
         request_headers(scn, None)
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ({"error": {"message": "bad prompt", "code": 400}}, "bad prompt"),  # OpenAI, nested
+        ({"object": "error", "message": "bad prompt", "type": "BadRequestError"}, "bad prompt"),  # vLLM, flat
+        ({"error": "bad prompt", "error_type": "validation"}, "bad prompt"),  # TGI
+        ({"choices": [{"text": "x"}]}, None),
+        ({"object": "text_completion", "choices": []}, None),
+    ],
+)
+def test_stream_error_knows_every_error_shape(obj, message):
+    from kvbench.client.detail import stream_error
+
+    assert stream_error(obj) == message
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (502, NGINX_502, "HTTP 502 (502 Bad Gateway): the server, or the one behind this proxy, is down"),
+        (404, {"detail": "Not Found"}, "HTTP 404 (Not Found): no OpenAI-style API at this URL"),
+        (200, {"object": "list", "data": []}, "HTTP 200 without models; name one with --model"),
+        (403, "<html><title>Forbidden</title></html>", "HTTP 403 (Forbidden)"),
+    ],
+)
+def test_models_answer_says_what_the_page_said(status, body, said):
+    from kvbench.run.target import _models_answer
+
+    assert _models_answer(status, body).startswith(said)
