@@ -62,6 +62,7 @@ def _register_subcommands() -> None:
         "kvbench.engines.commands",
         "kvbench.lab.commands",
         "kvbench.trace.commands",
+        "kvbench.sweep.commands",
     ):
         __import__(module_name, fromlist=["register"]).register(app)
 

@@ -35,6 +35,11 @@ def register(app: typer.Typer) -> None:
         speedups recomputed from the data with bootstrap 95% CIs, model fits, and, for runs naming a
         reference dataset (ibm-g4), measured next to published figures. Works offline.
         """
+        from kvbench.report.sweep import is_sweep_dir, write_sweep_report
+
+        if is_sweep_dir(run_dir):  # a sweep directory: its summary, from sweep.json
+            write_sweep_report(run_dir, quiet=quiet)
+            return
         from kvbench.report.render import write_report
 
         write_report(run_dir, quiet=quiet, geometry=geometry)

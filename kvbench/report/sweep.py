@@ -1,0 +1,130 @@
+"""A sweep directory's summary, from its files only (sweep.json, the PNGs beside it).
+
+`kvbench report SWEEP_DIR` lands here when the directory holds sweep.json. The same table rows
+(`summary_rows`) are what `kvbench sweep` writes as summary.csv / .parquet / .md, so the table
+and the report never disagree. This module reads sweep.json as plain JSON: the report layer
+never imports the sweep package.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kvbench.errors import UsageError
+
+SWEEP_JSON = "sweep.json"
+SUMMARY_MD = "summary.md"
+PLOTS = ("sweep_latency.png", "sweep_goodput.png", "sweep_attainment.png")
+
+
+def is_sweep_dir(path: Path) -> bool:
+    return (path / SWEEP_JSON).is_file()
+
+
+def read_sweep(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((path / SWEEP_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path / SWEEP_JSON}: cannot read ({exc})") from None
+    if not isinstance(data, dict) or "points" not in data or "plan" not in data:
+        raise UsageError(f"{path / SWEEP_JSON}: not a sweep file (no plan or points)")
+    return data
+
+
+def summary_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per point: its fields, status and figures (None where it has none)."""
+    rows = []
+    for p in state["points"]:
+        m = p.get("metrics") or {}
+        att = m.get("attainment_ci") or (None, None)
+        gp = m.get("goodput_ci") or (None, None)
+        row: dict[str, Any] = {"point": p["name"], **p["assignment"], "repeat": p.get("repeat", 0)}
+        row.update(
+            status=p["status"],
+            requests=m.get("requests"),
+            ok=m.get("ok"),
+            throughput_rps=m.get("throughput_rps"),
+            ttft_p50_ms=m.get("ttft_p50_ms"),
+            ttft_p99_ms=m.get("ttft_p99_ms"),
+            itl_p99_ms=m.get("itl_p99_ms"),
+            e2e_p50_ms=m.get("e2e_p50_ms"),
+            e2e_p99_ms=m.get("e2e_p99_ms"),
+            hit_ratio=m.get("hit_ratio"),
+            attainment=m.get("attainment"),
+            attainment_lo=att[0],
+            attainment_hi=att[1],
+            goodput_rps=m.get("goodput_rps"),
+            goodput_lo=gp[0],
+            goodput_hi=gp[1],
+            run_dir=p.get("run_dir"),
+        )
+        rows.append(row)
+    return rows
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+SHOWN = ("status", "requests", "throughput_rps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "hit_ratio")
+SLO_SHOWN = ("attainment", "goodput_rps")
+
+
+def sweep_markdown(state: dict[str, Any]) -> str:
+    """The sweep as Markdown: what was stepped, the SLO, the table, the findings, the plots."""
+    plan = state["plan"]
+    fields = [f for f, _ in plan.get("over") or []] or (
+        [plan["search"]["field"]] if plan.get("search") else []
+    )
+    slo = plan.get("slo") or {}
+    out = [f"# Sweep of {plan['scenario']} over {', '.join(fields)}", ""]
+    out.append(f"Status: {state['status']}; {len(state['points'])} points.")
+    if slo:
+        bounds = ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
+        out.append(f"SLO: {bounds}; target attainment {plan['attainment']:g} (95% Wilson intervals).")
+    out.append("")
+    cols = ["point", *fields, *SHOWN, *(SLO_SHOWN if slo else ())]
+    out.append("| " + " | ".join(cols) + " |")
+    out.append("|" + "---|" * len(cols))
+    for row in summary_rows(state):
+        cells = [_cell(row.get(c)) for c in cols]
+        if slo and row.get("attainment") is not None:
+            cells[cols.index("attainment")] += f" [{row['attainment_lo']:.2f}, {row['attainment_hi']:.2f}]"
+        if slo and row.get("goodput_rps") is not None and row.get("goodput_lo") is not None:
+            cells[cols.index("goodput_rps")] += f" [{row['goodput_lo']:.3g}, {row['goodput_hi']:.3g}]"
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    out.extend(f"- {note}" for note in state.get("notes") or [])
+    search = state.get("search")
+    if search and search.get("highest_meeting") is not None:
+        best = next((t for t in search["trials"] if t["load"] == search["highest_meeting"]), None)
+        if best is not None:
+            lo, hi = best["attainment_ci"]
+            out.append(
+                f"- search: {fields[0]} = {search['highest_meeting']:g} meets attainment "
+                f"{search['target']:g}: {best['good']}/{best['requests']} good [{lo:.2f}, {hi:.2f}] "
+                f"over {best['runs']} run(s), goodput {_cell(best['goodput_rps'])} req/s"
+            )
+    out.append("")
+    return "\n".join(out)
+
+
+def write_sweep_report(path: Path, quiet: bool = False) -> Path:
+    """summary.md (with links to the plots present) from sweep.json; prints it unless quiet."""
+    state = read_sweep(path)
+    text = sweep_markdown(state)
+    plots = [p for p in PLOTS if (path / p).exists()]
+    if plots:
+        text += "\n" + "\n".join(f"![{p}]({p})" for p in plots) + "\n"
+    target = path / SUMMARY_MD
+    target.write_text(text, encoding="utf-8")
+    if not quiet:
+        print(text)
+    print(f"report: {target}")
+    return target

@@ -1,0 +1,172 @@
+"""`kvbench sweep`: parse the flags, check every point before the first runs, run, print."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+SWEEP_HELP = """Run a scenario at each value of one or two fields, or search a load range for goodput.
+
+\b
+  kvbench sweep throughput --over load.concurrency=1,2,4,8 --slo ttft_p99_ms=500
+  kvbench sweep throughput --over load.concurrency=4,8 --over prompts.count=10,40
+  kvbench sweep throughput --search goodput --over load.concurrency=1..32 \\
+        --slo ttft_p99_ms=500 --attainment 0.9
+  kvbench sweep --resume results/sweep-...     continue at the first point not complete
+
+Each point is a full run (its own verified cold start) in SWEEP_DIR/points/<i>-<field=value>/;
+SWEEP_DIR holds sweep.json, summary.csv/.parquet/.md and plots. A one-field load grid stops once
+throughput no longer grows while latency does (--no-stop-at-saturation runs every point).
+"""
+
+
+def sweep_cmd(
+    scenario: Annotated[
+        str | None, typer.Argument(help="Scenario name or YAML path (not with --resume).")
+    ] = None,
+    over: Annotated[
+        list[str] | None,
+        typer.Option("--over", help="FIELD=V1,V2,... (once or twice); FIELD=LO..HI to search."),
+    ] = None,
+    set_values: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a field in every point.")
+    ] = None,
+    mock_profile: Annotated[
+        str | None, typer.Option(help="Mock profile (ci, laptop, ...) for every point.")
+    ] = None,
+    base_url: Annotated[str | None, typer.Option(help="Server root URL; absent = the embedded mock.")] = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option("--slo", help="NAME=MS: ttft_p50_ms, ttft_p99_ms, itl_p99_ms, e2e_p99_ms."),
+    ] = None,
+    attainment: Annotated[float, typer.Option(help="Share of requests that must meet the SLO.")] = 0.9,
+    search: Annotated[
+        str | None, typer.Option(help="goodput: bisect --over LO..HI for the highest load meeting the SLO.")
+    ] = None,
+    step: Annotated[float, typer.Option(help="Search resolution (loads this close end it).")] = 1.0,
+    max_repeats: Annotated[
+        int, typer.Option(help="Search: runs of one load while its interval straddles.")
+    ] = 3,
+    label: Annotated[
+        str | None, typer.Option(help="Request label measured (default: the most common).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Sweep directory (default results/sweep-<time>-<scenario>).")
+    ] = None,
+    resume: Annotated[Path | None, typer.Option(help="Resume the sweep in this directory.")] = None,
+    stop_at_saturation: Annotated[bool, typer.Option(help="Stop a load grid once saturated.")] = True,
+    allow_unverified_cold: Annotated[
+        bool, typer.Option("--allow-unverified-cold", help="Run even if a cold cache cannot be verified.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    import asyncio
+
+    from kvbench.errors import UsageError
+    from kvbench.sweep.execute import Sweep
+    from kvbench.sweep.state import check_same_plan, read_state
+
+    if resume is not None:
+        found = read_state(resume)
+        if found is None:
+            raise UsageError(f"--resume {resume}: no sweep.json there")
+        if scenario is not None or over:
+            raise UsageError("--resume DIR takes the plan from DIR/sweep.json: give no SCENARIO or --over")
+        plan, sweep_dir = found.plan, resume
+    else:
+        if scenario is None:
+            raise UsageError("name a SCENARIO (or --resume DIR)")
+        plan = make_plan(
+            scenario,
+            over or [],
+            set_values or [],
+            mock_profile,
+            base_url,
+            slo or [],
+            attainment,
+            search,
+            step,
+            max_repeats,
+            label,
+            stop_at_saturation,
+        )
+        sweep_dir = out or default_dir(scenario)
+        found = read_state(sweep_dir)
+        if found is not None:
+            check_same_plan(found.plan, plan, sweep_dir)
+    sweep = Sweep.open(sweep_dir, plan, found, allow_unverified_cold=allow_unverified_cold, quiet=quiet)
+    sweep.check_all()  # every point validates before the first one runs
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    state = asyncio.run(sweep.run())
+    from kvbench.report.sweep import write_sweep_report
+    from kvbench.sweep.plots import write_plots
+
+    write_plots(sweep_dir, state)
+    write_sweep_report(sweep_dir, quiet=quiet)
+    print(f"sweep: {sweep_dir}")
+
+
+def make_plan(
+    scenario,
+    over,
+    sets,
+    mock_profile,
+    base_url,
+    slo,
+    attainment,
+    search,
+    step,
+    max_repeats,
+    label,
+    stop_at_saturation,
+):  # type: ignore[no-untyped-def]
+    from kvbench.configfile import parse_set
+    from kvbench.errors import UsageError
+    from kvbench.sweep.grid import parse_over, parse_range, parse_slo
+    from kvbench.sweep.state import SearchPlan, SweepPlan
+
+    common = parse_set(sets)
+    if mock_profile is not None:
+        common["target.mock_profile"] = mock_profile
+    if base_url is not None:
+        common["target.base_url"] = base_url
+    if not 0 < attainment <= 1:
+        raise UsageError(f"--attainment {attainment}: a share, above 0 and at most 1")
+    goals = parse_slo(slo)
+    plan = SweepPlan(
+        scenario=scenario,
+        sets=common,
+        slo=goals,
+        attainment=attainment,
+        label=label,
+        stop_at_saturation=stop_at_saturation,
+    )
+    if search is None:
+        plan.over = [(a.field, list(a.values)) for a in parse_over(over)]
+        return plan
+    if search != "goodput":
+        raise UsageError(f"--search {search}: the one search is goodput")
+    if not goals:
+        raise UsageError("--search goodput needs an SLO: --slo ttft_p99_ms=MS (or another)")
+    if len(over) != 1:
+        raise UsageError("--search goodput steps one field: --over load.concurrency=LO..HI")
+    field, lo, hi, integer = parse_range(over[0])
+    if step <= 0 or (integer and step != int(step)):
+        raise UsageError(f"--step {step}: a positive {'whole ' if integer else ''}number")
+    if max_repeats < 1:
+        raise UsageError(f"--max-repeats {max_repeats}: at least 1")
+    plan.search = SearchPlan(field=field, lo=lo, hi=hi, step=step, integer=integer, max_repeats=max_repeats)
+    return plan
+
+
+def default_dir(scenario: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in Path(scenario).stem)[:40]
+    return Path("results") / f"sweep-{stamp}-{name}"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep", help=SWEEP_HELP)(sweep_cmd)

@@ -1,0 +1,130 @@
+"""The sweep's pictures: latency against throughput per point, goodput against load with the SLO,
+and the attainment curve. Each draw_* draws on an Axes it is given; matplotlib (Agg) is imported
+only inside write_plots."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from kvbench.report.sweep import summary_rows
+from kvbench.sweep.state import SweepState
+
+
+def _num(text: Any) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def series(rows: list[dict[str, Any]], x_field: str, group: str | None) -> dict[str, list[dict[str, Any]]]:
+    """Measured rows by the second field's value (one series for a one-field sweep), in x order.
+    A search's repeats are separate rows at the same x."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row.get("requests") and _num(row.get(x_field)) is not None:
+            out[f"{group}={row[group]}" if group else ""].append(row)
+    return {k: sorted(v, key=lambda r: _num(r[x_field]) or 0.0) for k, v in out.items()}
+
+
+def draw_latency(ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: str) -> None:
+    for name, rows in groups.items():
+        xs = [r["throughput_rps"] for r in rows]
+        for col, style in (("ttft_p50_ms", "o-"), ("ttft_p99_ms", "s--")):
+            ax.plot(xs, [r[col] for r in rows], style, label=f"{col.split('_')[1]} {name}".strip())
+        for r in rows:
+            ax.annotate(
+                str(r[x_field]),
+                (r["throughput_rps"], r["ttft_p50_ms"]),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
+    ax.set_xlabel("throughput (successful requests/s)")
+    ax.set_ylabel("TTFT (ms)")
+    ax.set_title(f"Latency vs throughput (points labelled by {x_field})")
+    ax.legend(fontsize=8)
+
+
+def draw_goodput(
+    ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: str, slo: dict[str, float]
+) -> None:
+    for name, rows in groups.items():
+        xs = [_num(r[x_field]) for r in rows]
+        ax.plot(
+            xs, [r["throughput_rps"] for r in rows], "o:", color="grey", label=f"throughput {name}".strip()
+        )
+        if slo:
+            gp = [r["goodput_rps"] for r in rows]
+            err = [
+                [g - r["goodput_lo"] for g, r in zip(gp, rows, strict=True)],
+                [r["goodput_hi"] - g for g, r in zip(gp, rows, strict=True)],
+            ]
+            ax.errorbar(xs, gp, yerr=err, fmt="o-", capsize=3, label=f"goodput {name}".strip())
+    ax.set_xlabel(x_field)
+    ax.set_ylabel("requests/s")
+    ax.set_ylim(bottom=0)
+    metric = next((k for k in ("ttft_p99_ms", "e2e_p99_ms", "itl_p99_ms", "ttft_p50_ms") if k in slo), None)
+    if metric is not None:
+        twin = ax.twinx()
+        for rows in groups.values():
+            twin.plot(
+                [_num(r[x_field]) for r in rows], [r[metric] for r in rows], "^-", color="tab:red", alpha=0.6
+            )
+        twin.axhline(slo[metric], color="tab:red", linestyle="--", label=f"SLO {metric} = {slo[metric]:g}")
+        twin.set_ylabel(f"{metric} (red)")
+        twin.legend(loc="upper right", fontsize=8)
+    ax.set_title("Goodput vs load" + (" (bars: 95% interval)" if slo else ""))
+    ax.legend(loc="upper left", fontsize=8)
+
+
+def draw_attainment(ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: str, target: float) -> None:
+    for name, rows in groups.items():
+        xs = [_num(r[x_field]) for r in rows]
+        att = [r["attainment"] for r in rows]
+        err = [
+            [a - r["attainment_lo"] for a, r in zip(att, rows, strict=True)],
+            [r["attainment_hi"] - a for a, r in zip(att, rows, strict=True)],
+        ]
+        ax.errorbar(xs, att, yerr=err, fmt="o-", capsize=3, label=name or "attainment")
+    ax.axhline(target, color="tab:red", linestyle="--", label=f"target {target:g}")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(x_field)
+    ax.set_ylabel("share of requests meeting the SLO")
+    ax.set_title("SLO attainment (bars: 95% Wilson interval)")
+    ax.legend(fontsize=8)
+
+
+def write_plots(sweep_dir: Path, state: SweepState) -> list[Path]:
+    """The PNGs beside sweep.json (none when no point has figures or the field is not numeric)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plan = state.plan
+    fields = [f for f, _ in plan.over] or ([plan.search.field] if plan.search else [])
+    groups = series(
+        summary_rows(state.model_dump(mode="json")), fields[0], fields[1] if len(fields) > 1 else None
+    )
+    if not groups:
+        return []
+    jobs: list[tuple[str, Any]] = [("sweep_latency.png", lambda ax: draw_latency(ax, groups, fields[0]))]
+    jobs.append(("sweep_goodput.png", lambda ax: draw_goodput(ax, groups, fields[0], plan.slo)))
+    if plan.slo:
+        jobs.append(
+            ("sweep_attainment.png", lambda ax: draw_attainment(ax, groups, fields[0], plan.attainment))
+        )
+    written = []
+    for name, draw in jobs:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        try:
+            draw(ax)
+            fig.tight_layout()
+            fig.savefig(sweep_dir / name, dpi=100)
+        finally:
+            plt.close(fig)
+        written.append(sweep_dir / name)
+    return written

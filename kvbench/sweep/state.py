@@ -1,0 +1,105 @@
+"""sweep.json: the sweep's plan and every point's status, rewritten after each point so that an
+interrupted sweep resumes at the first point not complete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvbench.errors import UsageError
+from kvbench.results import write_json_atomic
+
+SWEEP_JSON = "sweep.json"
+POINTS = "points"
+SWEEP_VERSION = 1
+
+PointStatus = Literal["pending", "complete", "failed", "interrupted", "skipped"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchPlan(Strict):
+    field: str = Field(description="The load field searched (load.concurrency, load.rate, ...).")
+    lo: float = Field(description="Lowest load tried.")
+    hi: float = Field(description="Highest load tried.")
+    step: float = Field(
+        description="Resolution: the search stops when meeting and missing loads are this close."
+    )
+    integer: bool = Field(description="Loads are whole numbers (concurrency).")
+    max_repeats: int = Field(description="Runs of one load at most while its interval straddles the target.")
+
+
+class SweepPlan(Strict):
+    """What was asked; a rerun into the same directory must ask the same."""
+
+    scenario: str = Field(description="Scenario name or path, as given.")
+    sets: dict[str, str] = Field(default_factory=dict, description="--set overrides common to every point.")
+    over: list[tuple[str, list[str]]] = Field(
+        default_factory=list, description="Grid: (field, values) per axis."
+    )
+    search: SearchPlan | None = Field(None, description="Goodput search instead of a grid.")
+    slo: dict[str, float] = Field(
+        default_factory=dict, description="SLO bounds in ms by name (ttft_p99_ms, ...)."
+    )
+    attainment: float = Field(0.9, description="Share of requests that must meet the SLO.")
+    label: str | None = Field(
+        None, description="Request label measured (None: the most common measured one)."
+    )
+    stop_at_saturation: bool = Field(True, description="A one-field load grid stops once saturated.")
+
+
+class PointState(Strict):
+    name: str = Field(description="Folder under points/, unique in the sweep.")
+    index: int = Field(description="Order in which the point ran, from 0.")
+    assignment: dict[str, str] = Field(description="Field -> value (as typed) this point sets.")
+    repeat: int = Field(0, description="Run of the same load again (search), from 0.")
+    status: PointStatus = Field("pending", description="Where the point is.")
+    run_dir: str | None = Field(None, description="The point's run directory.")
+    exit_code: int | None = Field(None, description="The run's exit code.")
+    metrics: dict[str, Any] | None = Field(None, description="goodput.PointMetrics plus label and hit ratio.")
+    note: str = Field("", description="Why skipped or failed, in words.")
+
+
+class SweepState(Strict):
+    sweep_version: int = Field(SWEEP_VERSION, description="Shape of this file.")
+    kvbench_version: str = Field(description="kvbench that wrote it.")
+    status: Literal["running", "complete", "interrupted", "failed"] = Field(
+        description="How the sweep stands."
+    )
+    plan: SweepPlan = Field(description="What was asked.")
+    points: list[PointState] = Field(default_factory=list, description="Every point, in run order.")
+    notes: list[str] = Field(default_factory=list, description="Saturation and other sweep-wide findings.")
+    search: dict[str, Any] | None = Field(None, description="search.SearchResult of a goodput search.")
+
+    def point(self, name: str) -> PointState | None:
+        return next((p for p in self.points if p.name == name), None)
+
+
+def read_state(sweep_dir: Path) -> SweepState | None:
+    path = sweep_dir / SWEEP_JSON
+    if not path.exists():
+        return None
+    try:
+        return SweepState.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0]
+        raise UsageError(f"{path}: not a sweep file kvbench can read ({first})") from None
+
+
+def write_state(sweep_dir: Path, state: SweepState) -> None:
+    write_json_atomic(sweep_dir / SWEEP_JSON, state.model_dump(mode="json"))
+
+
+def check_same_plan(found: SweepPlan, asked: SweepPlan, sweep_dir: Path) -> None:
+    """Resuming into a directory that holds another sweep would mix two experiments."""
+    a, b = found.model_dump(), asked.model_dump()
+    differ = [k for k in a if a[k] != b[k]]
+    if differ:
+        raise UsageError(
+            f"{sweep_dir} holds another sweep (its {', '.join(differ)} differ); "
+            "resume it with `kvbench sweep --resume DIR` alone, or give a new --out"
+        )
