@@ -150,7 +150,13 @@ def explain_noise(
     if q_left_mean and n_left_mean is not None:
         predicts = n_left_mean < LEFT_ALL * q_left_mean
     others = [f"{name} ({knob})" for name, knob, _ in OTHER_MECHANISMS] if predicts is False else []
+    link = next((p.noise_link for p in n if p.noise_link), None)
     sentence = _sentence(resource, tiers, q_share, n_share, q_bound, top, qs, rate, cap, util)
+    if link:  # the mock names the link of its topology the noise shared with the reads
+        sentence = sentence.replace(
+            f"The noise reached {_gbps(rate)} on the {resource}",
+            f"The noise reached {_gbps(rate)} on the {link}",
+        )
     if predicts is False:
         sentence += (
             f" The noise left the cache reads all the bandwidth they had without it ({_gbps(n_left_mean)}): "
@@ -170,7 +176,7 @@ def explain_noise(
         noise_bytes_per_s=rate,
         noise_offered_bytes_per_s=sum(offered) / len(offered) if offered else None,
         noise_flows=max((p.noise_flows or 0 for p in n), default=0) or None,
-        noise_link=next((p.noise_link for p in n if p.noise_link), None),
+        noise_link=link,
         noise_where=where,
         capacity_bytes_per_s=cap,
         utilisation=util,

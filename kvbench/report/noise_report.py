@@ -191,18 +191,31 @@ def noise_section(summary: RunSummary) -> Section | None:
                 caption="all quiet phases pooled against all noisy phases (the paired effect is the finding)",
             )
         )
+        offered = x.noise_offered_bytes_per_s if x is not None else None
+        achieved = x.noise_bytes_per_s if x is not None and x.noise_where.startswith("modelled") else None
         tables.append(
             Table(
-                ["side", "requests/s (pooled)", "total time (s)", "competing traffic (GB/s, sent)"],
                 [
-                    ["quiet", fmt(n.quiet_requests_per_s), fmt(n.quiet_total_s), "0"],
+                    "side",
+                    "requests/s (pooled)",
+                    "total time (s)",
+                    "competing traffic (GB/s, sent)",
+                    "offered (GB/s, modelled)",
+                    "achieved (GB/s, modelled)",
+                ],
+                [
+                    ["quiet", fmt(n.quiet_requests_per_s), fmt(n.quiet_total_s), "0", "0", "0"],
                     [
                         "noisy",
                         fmt(n.noisy_requests_per_s),
                         fmt(n.noisy_total_s),
                         fmt(n.noise_mean_bytes_per_s / 1e9) if n.noise_mean_bytes_per_s else "n/a",
+                        fmt(offered / 1e9) if offered else "n/a",
+                        fmt(achieved / 1e9) if achieved else "n/a",
                     ],
                 ],
+                caption="sent: the real bytes the noise generator pushed (against the mock, a few per "
+                "flow that confirm it; the model takes each flow's declared offered rate)",
             )
         )
     if e is not None:
