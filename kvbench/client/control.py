@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from kvbench.baseurl import Redactor, auth_headers
-from kvbench.client.transport.base import HEAD_LIMITS
+from kvbench.client.transport.aiohttp import head_limits
 
 
 class ControlClient:
@@ -80,4 +80,4 @@ def make_session(concurrency: int, connect_timeout_s: float) -> aiohttp.ClientSe
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, connect=None, sock_read=None)
     # the timed transports' head limits: one server, one view of what it may send
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**18, **HEAD_LIMITS)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**18, **head_limits())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 
 import aiohttp
@@ -24,6 +25,13 @@ from kvbench.client.transport.base import (
     TimedTransport,
 )
 from kvbench.client.transport.http1 import DRAIN_S
+
+
+def head_limits() -> dict[str, int]:
+    """HEAD_LIMITS as this aiohttp takes them: `max_headers` came in aiohttp 3.13.4 (before it,
+    32,768 headers passed)."""
+    known = inspect.signature(aiohttp.ClientSession).parameters
+    return {k: v for k, v in HEAD_LIMITS.items() if k in known}
 
 
 class AiohttpTransport(TimedTransport):
@@ -43,7 +51,11 @@ class AiohttpTransport(TimedTransport):
             connector = aiohttp.TCPConnector(limit=self.limit, limit_per_host=0, ttl_dns_cache=300)
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=None)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=False, read_bufsize=2**18, **HEAD_LIMITS
+                connector=connector,
+                timeout=timeout,
+                auto_decompress=False,
+                read_bufsize=2**18,
+                **head_limits(),
             )
         return self._session
 
