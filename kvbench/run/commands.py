@@ -19,6 +19,7 @@ RUN_HELP = """Run a scenario (a name from scenarios/ or a path) and write a run 
   kvbench run throughput --noisy           quiet/noisy pairs (ABBA) on one filled cache, as published
   kvbench run throughput --noisy --empty-cache    each phase from an empty cache instead
   kvbench run sessions --baseline          multi-turn users: per-turn TTFT and serving tier vs no reuse
+  kvbench run replay --trace my-trace.jsonl   a Mooncake/Bailian/WEKA trace, token-exact, on its timestamps
   kvbench run ttft --base-url http://127.0.0.1:8000 --model my-model
 
 With no --base-url (and none in the scenario) kvbench starts its mock server and
@@ -110,6 +111,9 @@ def run_cmd(
     max_error_rate: Annotated[
         float | None, typer.Option(help="Failed fraction still counted a pass (default 0).")
     ] = None,
+    trace: Annotated[
+        str | None, typer.Option(help="Replay: the trace file (.jsonl or .jsonl.gz; test.trace.path).")
+    ] = None,
     set_values: Annotated[
         list[str] | None, typer.Option("--set", help="Override any field: --set test.warm_repeats=2.")
     ] = None,
@@ -147,6 +151,7 @@ def run_cmd(
         max_tokens=max_tokens,
         retries=retries,
         max_error_rate=max_error_rate,
+        trace=trace,
         set_values=set_values,
         api_key_env=api_key_env,
     )

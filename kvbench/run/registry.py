@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvbench.scenario import SECTIONS, Scenario, SectionBase, SessionsSection, ThroughputSection, TtftSection
+from kvbench.scenario.testtypes import ReplaySection
 
 if TYPE_CHECKING:
     from kvbench.engines.adapters import EngineAdapter
@@ -39,6 +40,7 @@ class TestType:
 
 
 def _registry() -> dict[str, TestType]:
+    from kvbench.run.replay import run_replay
     from kvbench.run.sessions import run_sessions
     from kvbench.run.throughput import run_throughput
     from kvbench.run.ttft import pin_slot, run_ttft
@@ -47,6 +49,7 @@ def _registry() -> dict[str, TestType]:
         "ttft": TestType("ttft", TtftSection, run_ttft, pin_slot),
         "throughput": TestType("throughput", ThroughputSection, run_throughput),
         "sessions": TestType("sessions", SessionsSection, run_sessions),
+        "replay": TestType("replay", ReplaySection, run_replay),
     }
 
 

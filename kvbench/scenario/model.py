@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from kvbench.scenario.cluster import ClusterSection
 from kvbench.scenario.load import Load, SequentialLoad
 from kvbench.scenario.noise import Noise, NoNoise
 from kvbench.scenario.sections import Cache, Output, Prompts, Strict, Target, Telemetry, flag
-from kvbench.scenario.testtypes import TestSection
+from kvbench.scenario.testtypes import SECTIONS, TestSection
 
 
 class Scenario(Strict):
@@ -49,6 +51,21 @@ class Scenario(Strict):
         json_schema_extra=flag("retries"),
     )
     reference: str | None = Field("ibm-g4", description="Published dataset to compare against, or null.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_prompts(cls, data: Any) -> Any:
+        # a test whose prompts come from elsewhere (replay: the trace) may leave `prompts` out
+        if not isinstance(data, dict):
+            return data
+        test = data.get("test")
+        kind = test.get("kind") if isinstance(test, dict) else test
+        section = SECTIONS.get(kind) if isinstance(kind, str) else None
+        default = section.default_prompts if section is not None else None
+        prompts = data.get("prompts")
+        if default is not None and (prompts is None or isinstance(prompts, dict)):
+            data = {**data, "prompts": {**default, **(prompts or {})}}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:

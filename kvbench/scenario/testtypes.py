@@ -4,6 +4,7 @@
     test: {kind: ttft, warm_repeats: 2, eviction: filler, filler_tokens: 64000}
     test: {kind: throughput, baseline: true, noisy: {enabled: true}}
     test: {kind: sessions, users: 16, turns: 6, active_users: 8, baseline: true}
+    test: {kind: replay, trace: {path: traces/ci.jsonl}, schedule: concurrent, concurrency: 4}
 
 Why a section per test: knobs that only one test reads used to sit in shared sections
 (`cache.warm_repeats`, top-level `baseline`), and each new test type would have added a third
@@ -16,15 +17,14 @@ Files written for the old layout get one line per moved field that names its new
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from kvbench.scenario.replay import TraceSource
 from kvbench.scenario.sections import Strict, check_base_url, flag
 from kvbench.scenario.sessions import ThinkTime, TurnsRange
-
-if TYPE_CHECKING:
-    from kvbench.scenario.model import Scenario
+from kvbench.scenario.view import ScenarioView
 
 
 class SectionBase(Strict):
@@ -32,6 +32,9 @@ class SectionBase(Strict):
 
     kind: str
     summary: ClassVar[str] = ""
+    # the prompts section when a file leaves it out (None: required); a test whose prompts come
+    # from elsewhere (replay: the trace) still gets the small set every run builds
+    default_prompts: ClassVar[dict[str, Any] | None] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -46,7 +49,7 @@ class SectionBase(Strict):
                     raise ValueError(f"test.{key}: applies to the {owners[0]} test, not {data.get('kind')}")
         return data
 
-    def check(self, scn: Scenario) -> None:
+    def check(self, scn: ScenarioView) -> None:
         """Cross-section rules of this test type; raise ValueError('field.path: message')."""
 
     @property
@@ -84,7 +87,7 @@ class TtftSection(SectionBase):
         0, ge=0, description="eviction=filler: total tokens of filler prompts (should exceed G1+G2 capacity)."
     )
 
-    def check(self, scn: Scenario) -> None:
+    def check(self, scn: ScenarioView) -> None:
         if scn.load.kind != "sequential":
             raise ValueError("load.kind: the ttft test issues one request at a time; use kind: sequential")
 
@@ -244,7 +247,7 @@ class SessionsSection(SectionBase):
         json_schema_extra=flag("baseline"),
     )
 
-    def check(self, scn: Scenario) -> None:
+    def check(self, scn: ScenarioView) -> None:
         if scn.target.api != "chat":
             raise ValueError("target.api: the sessions test sends chat histories; set target.api: chat")
         if scn.load.kind != "sequential":
@@ -262,11 +265,79 @@ class SessionsSection(SectionBase):
         return self.max_active  # one request per active user at most
 
 
+class ReplaySection(SectionBase):
+    """A trace replayed token-exact: each hash id one block of `block_tokens` tokens (kvbench.trace)."""
+
+    kind: Literal["replay"] = "replay"
+    summary: ClassVar[str] = "a Mooncake/Bailian/WEKA trace replayed token-exact: hits vs the trace's ideal"
+    default_prompts: ClassVar[dict[str, Any] | None] = {"lengths": [16]}
+    trace: TraceSource = Field(..., description="The trace file and the part of it to replay.")
+    schedule: Literal["fixed", "concurrent", "rate"] = Field(
+        "fixed",
+        description="fixed: the trace's timestamps (/ trace.speedup, open loop); concurrent: `concurrency` "
+        "requests kept in flight in trace order (closed loop); rate: arrivals at `rate` per second.",
+    )
+    concurrency: int = Field(8, ge=1, le=100_000, description="schedule concurrent: requests kept in flight.")
+    rate: float | None = Field(None, gt=0, description="schedule rate: arrivals per second (required there).")
+    arrivals: Literal["poisson", "constant"] = Field(
+        "poisson", description="schedule rate: inter-arrival distribution (seeded by `seed`)."
+    )
+    max_concurrency: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="fixed and rate: cap on requests in flight (a later arrival waits: its lateness shows).",
+    )
+    output_tokens: Literal["trace", "scenario"] = Field(
+        "trace", description="Answer length: each row's output_length, or output.max_tokens for every row."
+    )
+    realise_ahead: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="Prompts realised ahead of the schedule: memory holds this many, never the whole trace.",
+    )
+    late_warn_ms: float = Field(
+        10.0, gt=0, description="Warn when the client falls behind: dispatch lateness p99 above this, ms."
+    )
+    engine_block_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="The server's own prefix-cache block, tokens (vLLM: 16), for the exact engine-side "
+        "expected hits; absent: the embedded mock's, else only the trace's ideal is given.",
+    )
+    seed: int = Field(0, description="Seed for block text and rate arrivals (the salt stays per run).")
+
+    def check(self, scn: ScenarioView) -> None:
+        if scn.target.api != "completions":
+            raise ValueError(
+                "target.api: the replay test sends raw prompts whose blocks must line up with the trace's; "
+                "a chat template would shift every block (use completions)"
+            )
+        if scn.load.kind != "sequential":
+            raise ValueError("load: the replay test sets its own schedule (test.schedule); leave load out")
+        if scn.prompts.salt == "per_request":
+            raise ValueError(
+                "prompts.salt: per_request would make every block unique; a replay keeps the trace's "
+                "sharing (per_run: cold by construction; none: replay exactly)"
+            )
+        if self.schedule == "rate" and self.rate is None:
+            raise ValueError("test.rate: schedule rate needs a rate (arrivals per second)")
+        if self.schedule != "rate" and self.rate is not None:
+            raise ValueError(f"test.rate: applies to schedule rate, not {self.schedule}")
+
+    @property
+    def max_in_flight(self) -> int | None:
+        return self.concurrency if self.schedule == "concurrent" else self.max_concurrency
+
+
 # name -> section model; the union below and run/registry.py are built from it
 SECTIONS: dict[str, type[SectionBase]] = {
     "ttft": TtftSection,
     "throughput": ThroughputSection,
     "sessions": SessionsSection,
+    "replay": ReplaySection,
 }
 
 
@@ -276,7 +347,7 @@ def _shorthand(v: Any) -> Any:
 
 # `test: ttft` is short for `test: {kind: ttft}`
 TestSection = Annotated[
-    TtftSection | ThroughputSection | SessionsSection,
+    TtftSection | ThroughputSection | SessionsSection | ReplaySection,
     Field(discriminator="kind"),
     BeforeValidator(_shorthand),
 ]

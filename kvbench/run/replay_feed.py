@@ -1,0 +1,149 @@
+"""The replay's schedule and its bounded feed of realised prompts.
+
+Schedule (`schedule_items`): one streaming pass over the selected rows gives each its WorkItem
+(index = trace order) and arrival offset: the trace's timestamps divided by `speedup` (fixed),
+seeded arrivals at a rate (rate), or none (concurrent: a closed loop takes them in order). It also
+checks every row against the model's context, so a row too long fails before anything is sent.
+The load shape it returns is what the LoadBackend seam reads (paced or not, how many in flight).
+
+Feed (`PromptFeed`): a producer realises rows in trace order at most `ahead` prompts in front of
+the requests that take them, on the run's event loop, yielding after every row; it is primed (the
+window filled) before the phase's clock starts, so the first requests never wait for realisation.
+A request takes its prompt by index; both loops take them in trace order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from kvbench.errors import UsageError
+from kvbench.load.schedule import WorkItem, arrival_offsets
+from kvbench.scenario import ConcurrentLoad, Load, RateLoad
+from kvbench.scenario.testtypes import ReplaySection
+from kvbench.trace import TraceFile, TraceRow
+from kvbench.trace.realise import Realised
+
+
+def selected_rows(trace: TraceFile, test: ReplaySection) -> Iterator[TraceRow]:
+    """The rows the section replays: inside [start_ms, start_ms + window_ms), at most `limit`."""
+    src = test.trace
+    taken = 0
+    for row in trace:
+        if src.limit is not None and taken >= src.limit:
+            return
+        if not src.selects(row.timestamp_ms):
+            if trace.require_monotonic and src.window_ms is not None and row.timestamp_ms >= src.start_ms:
+                return  # arrival order: nothing later can be inside the window
+            continue
+        taken += 1
+        yield row
+
+
+@dataclass(frozen=True)
+class Schedule:
+    items: list[WorkItem]
+    load: Load  # what the backend reads: paced (open loop) or not, and the in-flight cap
+    span_s: float  # the last arrival's offset (0 for a closed loop)
+    max_prompt_tokens: int
+
+
+def schedule_items(
+    rows: Iterable[TraceRow], test: ReplaySection, max_model_len: int | None, path: str, max_tokens: int
+) -> Schedule:
+    offsets: list[float] = []
+    first_ms: float | None = None
+    longest = 0
+    for row in rows:
+        out = row.output_length if test.output_tokens == "trace" else max_tokens
+        if max_model_len is not None and row.input_length + out > max_model_len:
+            raise UsageError(
+                f"{path}:{row.line}: input_length: {row.input_length} + {out} answer tokens exceeds the "
+                f"model's context {max_model_len} (trace.limit / start_ms / window_ms select fewer rows)"
+            )
+        longest = max(longest, row.input_length)
+        first_ms = row.timestamp_ms if first_ms is None else first_ms
+        offsets.append((row.timestamp_ms - first_ms) / 1000.0 / test.trace.speedup)
+    n = len(offsets)
+    if n == 0:
+        raise UsageError(f"{path}: no rows selected (trace.start_ms / window_ms / limit)")
+    load: Load
+    if test.schedule == "concurrent":
+        load = ConcurrentLoad(concurrency=test.concurrency, requests=n)
+        offsets = [0.0] * n
+    else:
+        rate = test.rate if test.rate is not None else n / max(offsets[-1], 1e-3)
+        load = RateLoad(
+            rate=rate,
+            arrivals=test.arrivals,
+            max_concurrency=test.max_concurrency,
+            requests=n,
+            seed=test.seed,
+        )
+        if test.schedule == "rate":
+            offsets = arrival_offsets(load)
+    items = [WorkItem(i, i, off) for i, off in enumerate(offsets)]
+    return Schedule(items, load, offsets[-1], longest)
+
+
+class PromptFeed:
+    """Realised prompts at most `ahead` in front of the requests that take them."""
+
+    def __init__(self, realised: Iterator[Realised], ahead: int) -> None:
+        self._it = realised
+        self._space = asyncio.Semaphore(ahead)
+        self._futs: dict[int, asyncio.Future[Realised]] = {}
+        self._ahead = ahead
+        self._made = 0
+        self._primed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    def _fut(self, index: int) -> asyncio.Future[Realised]:
+        fut = self._futs.get(index)
+        if fut is None:
+            fut = self._futs[index] = asyncio.get_running_loop().create_future()
+        return fut
+
+    async def start(self) -> None:
+        """Start the producer and wait until the window is full (or the trace is done)."""
+        self._task = asyncio.create_task(self._produce())
+        await self._primed.wait()
+        if self.error is not None:
+            raise self.error
+
+    async def _produce(self) -> None:
+        try:
+            for r in self._it:
+                await self._space.acquire()
+                self._fut(r.index).set_result(r)
+                self._made += 1
+                if self._made >= self._ahead:
+                    self._primed.set()
+                await asyncio.sleep(0)  # one row at a time: the dispatch loop runs in between
+        except Exception as exc:  # a bad row deep in the file: the requests waiting for it fail with it
+            self.error = exc
+            for fut in self._futs.values():
+                if not fut.done():
+                    fut.set_exception(exc)
+        finally:
+            self._primed.set()
+
+    async def take(self, index: int) -> Realised:
+        if self.error is not None and index not in self._futs:
+            raise self.error
+        r = await self._fut(index)
+        del self._futs[index]
+        self._space.release()
+        return r
+
+    async def aclose(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for fut in self._futs.values():
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: no "never retrieved" warning for an unused prompt
+        if self.error is not None:
+            raise self.error
