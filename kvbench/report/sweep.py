@@ -110,6 +110,7 @@ def sweep_markdown(state: dict[str, Any]) -> str:
                 f"- search: {fields[0]} = {search['highest_meeting']:g} meets attainment "
                 f"{search['target']:g}: {best['good']}/{best['requests']} good [{lo:.2f}, {hi:.2f}] "
                 f"over {best['runs']} run(s), goodput {_cell(best['goodput_rps'])} req/s"
+                + (" [{:.3g}, {:.3g}]".format(*best["goodput_ci"]) if best.get("goodput_ci") else "")
             )
     out.append("")
     return "\n".join(out)

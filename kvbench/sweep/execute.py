@@ -170,7 +170,9 @@ class Sweep:
         async def evaluate(load: float, repeat: int) -> Sample:
             point = await self.run_point(next(order), {search.field: self.load_text(load)}, repeat)
             m = point.metrics or {}
-            return Sample(m.get("good", 0), m.get("requests", 0), m.get("goodput_rps"))
+            duration = m.get("duration_s")
+            rate = m.get("requests", 0) / duration if duration else None
+            return Sample(m.get("good", 0), m.get("requests", 0), m.get("goodput_rps"), rate)
 
         result = await search_capacity(
             evaluate,

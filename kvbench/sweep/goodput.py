@@ -38,7 +38,10 @@ def wilson(good: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the ends exactly: all good (or none) must not read as a hair under 1 (over 0) in float
+    lo = 0.0 if good == 0 else max(0.0, centre - half)
+    hi = 1.0 if good == n else min(1.0, centre + half)
+    return lo, hi
 
 
 def per_request_bounds(slo: Mapping[str, float | None]) -> dict[str, float]:

@@ -29,11 +29,30 @@ def series(rows: list[dict[str, Any]], x_field: str, group: str | None) -> dict[
     return {k: sorted(v, key=lambda r: _num(r[x_field]) or 0.0) for k, v in out.items()}
 
 
+def _bars(mid: list[float], lo: list[float], hi: list[float]) -> list[list[float]]:
+    """errorbar's yerr from an interval (never negative: float rounding at the ends)."""
+    return [
+        [max(0.0, m - a) for m, a in zip(mid, lo, strict=True)],
+        [max(0.0, b - m) for m, b in zip(mid, hi, strict=True)],
+    ]
+
+
+def _style(rows: list[dict[str, Any]], x_field: str, line: str) -> str:
+    """Markers only where a load was run more than once (a search's repeats): no zigzag line."""
+    xs = [r[x_field] for r in rows]
+    return line.replace("-", "").replace(":", "") if len(set(xs)) < len(xs) else line
+
+
 def draw_latency(ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: str) -> None:
     for name, rows in groups.items():
         xs = [r["throughput_rps"] for r in rows]
         for col, style in (("ttft_p50_ms", "o-"), ("ttft_p99_ms", "s--")):
-            ax.plot(xs, [r[col] for r in rows], style, label=f"{col.split('_')[1]} {name}".strip())
+            ax.plot(
+                xs,
+                [r[col] for r in rows],
+                _style(rows, x_field, style),
+                label=f"{col.split('_')[1]} {name}".strip(),
+            )
         for r in rows:
             ax.annotate(
                 str(r[x_field]),
@@ -54,15 +73,18 @@ def draw_goodput(
     for name, rows in groups.items():
         xs = [_num(r[x_field]) for r in rows]
         ax.plot(
-            xs, [r["throughput_rps"] for r in rows], "o:", color="grey", label=f"throughput {name}".strip()
+            xs,
+            [r["throughput_rps"] for r in rows],
+            _style(rows, x_field, "o:"),
+            color="grey",
+            label=f"throughput {name}".strip(),
         )
         if slo:
             gp = [r["goodput_rps"] for r in rows]
-            err = [
-                [g - r["goodput_lo"] for g, r in zip(gp, rows, strict=True)],
-                [r["goodput_hi"] - g for g, r in zip(gp, rows, strict=True)],
-            ]
-            ax.errorbar(xs, gp, yerr=err, fmt="o-", capsize=3, label=f"goodput {name}".strip())
+            err = _bars(gp, [r["goodput_lo"] for r in rows], [r["goodput_hi"] for r in rows])
+            ax.errorbar(
+                xs, gp, yerr=err, fmt=_style(rows, x_field, "o-"), capsize=3, label=f"goodput {name}".strip()
+            )
     ax.set_xlabel(x_field)
     ax.set_ylabel("requests/s")
     ax.set_ylim(bottom=0)
@@ -71,7 +93,11 @@ def draw_goodput(
         twin = ax.twinx()
         for rows in groups.values():
             twin.plot(
-                [_num(r[x_field]) for r in rows], [r[metric] for r in rows], "^-", color="tab:red", alpha=0.6
+                [_num(r[x_field]) for r in rows],
+                [r[metric] for r in rows],
+                _style(rows, x_field, "^-"),
+                color="tab:red",
+                alpha=0.6,
             )
         twin.axhline(slo[metric], color="tab:red", linestyle="--", label=f"SLO {metric} = {slo[metric]:g}")
         twin.set_ylabel(f"{metric} (red)")
@@ -84,11 +110,8 @@ def draw_attainment(ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: s
     for name, rows in groups.items():
         xs = [_num(r[x_field]) for r in rows]
         att = [r["attainment"] for r in rows]
-        err = [
-            [a - r["attainment_lo"] for a, r in zip(att, rows, strict=True)],
-            [r["attainment_hi"] - a for a, r in zip(att, rows, strict=True)],
-        ]
-        ax.errorbar(xs, att, yerr=err, fmt="o-", capsize=3, label=name or "attainment")
+        err = _bars(att, [r["attainment_lo"] for r in rows], [r["attainment_hi"] for r in rows])
+        ax.errorbar(xs, att, yerr=err, fmt=_style(rows, x_field, "o-"), capsize=3, label=name or "attainment")
     ax.axhline(target, color="tab:red", linestyle="--", label=f"target {target:g}")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(x_field)

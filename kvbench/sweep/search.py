@@ -22,6 +22,7 @@ class Sample:
     good: int
     requests: int
     goodput_rps: float | None = None
+    rate_rps: float | None = None  # all its requests per second (good or not)
 
 
 # (load, repeat index from 0) -> that run's sample
@@ -40,6 +41,7 @@ class Trial:
     passed: bool
     attainment_ci: tuple[float, float]
     goodput_rps: float | None  # mean over its runs
+    goodput_ci: tuple[float, float] | None = None  # the attainment's interval times the mean request rate
 
 
 @dataclass
@@ -65,6 +67,7 @@ class SearchResult:
 async def _decide(evaluate: Evaluate, load: float, target: float, max_repeats: int) -> Trial:
     good = n = 0
     goodputs: list[float] = []
+    rates: list[float] = []
     runs = 0
     state = "straddles"
     while runs < max(1, max_repeats) and state == "straddles":
@@ -73,10 +76,15 @@ async def _decide(evaluate: Evaluate, load: float, target: float, max_repeats: i
         good, n = good + sample.good, n + sample.requests
         if sample.goodput_rps is not None:
             goodputs.append(sample.goodput_rps)
+        if sample.rate_rps is not None:
+            rates.append(sample.rate_rps)
         state = verdict(good, n, target)
     passed = state == "meets" or (state == "straddles" and n > 0 and good / n >= target)
     mean = sum(goodputs) / len(goodputs) if goodputs else None
-    return Trial(load, good, n, runs, state, passed, wilson(good, n), mean)
+    lo, hi = wilson(good, n)
+    rate = sum(rates) / len(rates) if rates else None
+    span = (lo * rate, hi * rate) if rate is not None else None
+    return Trial(load, good, n, runs, state, passed, (lo, hi), mean, span)
 
 
 def _middle(lo: float, hi: float, integer: bool) -> float:
