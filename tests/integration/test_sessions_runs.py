@@ -77,14 +77,21 @@ async def test_laptop_returning_users_are_served_from_lower_tiers(tmp_path):
     immediate = [t for t in later if t["think_s"] < 1 and t["tier"] == "G1"]
     assert len(returning) >= 2 and len(immediate) >= 2, sorted((t["think_s"], t["tier"]) for t in later)
     assert all(t["since_prev_turn_s"] >= LONG_S * 0.95 for t in returning)
-    assert _median(t["ttft_ms"] for t in returning) > _median(t["ttft_ms"] for t in immediate)
-    # the cost of coming back, free of the other users' contention: reading the history back in
+    # The costs below are the mock's modelled ones (prefill + onboarding, from its ground truth), so
+    # they hold on a busy machine too: a measured TTFT there also carries the host's scheduling.
     gt = {g["request_id"]: g for g in read_jsonl(outcome.run_dir / "mock_ground_truth.jsonl")}
+
+    def service_ms(t: dict[str, Any]) -> float:
+        g = gt[t["request_id"]]
+        return float(g["prefill_ms"] + g["onboard_ms"])
+
+    assert _median(service_ms(t) for t in returning) > _median(service_ms(t) for t in immediate)
+    # the cost of coming back, free of the other users' contention: reading the history back in
     assert min(gt[t["request_id"]]["onboard_ms"] for t in returning) > max(
         gt[t["request_id"]]["onboard_ms"] for t in immediate
     )
-    base_ttft = {(t["session_id"], t["turn"]): t["ttft_ms"] for t in base}
-    assert _median(base_ttft[(t["session_id"], t["turn"])] / t["ttft_ms"] for t in returning) > 2.5
+    base_cost = {(t["session_id"], t["turn"]): service_ms(t) for t in base}
+    assert _median(base_cost[(t["session_id"], t["turn"])] / service_ms(t) for t in returning) > 2.5
     # never more users in flight than configured (client count and the server's own)
     assert max(t["in_flight"] for t in turns) <= 8
     assert max(g["in_flight_at_receive"] for g in gt.values() if "-probe-" not in g["request_id"]) <= 8
