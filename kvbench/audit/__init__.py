@@ -121,9 +121,9 @@ _LAZY = {
     "Ledger": "kvbench.audit.ledger",
     "Reading": "kvbench.audit.ledger",
     "ClaimsFile": "kvbench.audit.schema",
-    "load_claims": "kvbench.audit.schema",
-    "load_reference": "kvbench.audit.schema",
-    "parse_claims": "kvbench.audit.schema",
+    "load_claims": "kvbench.audit.reader",
+    "load_reference": "kvbench.audit.reader",
+    "parse_claims": "kvbench.audit.reader",
     "format_ledger": "kvbench.audit.text",
 }
 
@@ -139,8 +139,9 @@ def __getattr__(name: str) -> Any:
 def audit(cf: ClaimsFile) -> Ledger:
     """Recompute every figure, claim, sizing check and bound of a claims file.
 
-    A problem found only while computing (a division by zero, an overflow, a zero count in a
-    bound) is a UsageError that names the file, like the problems found when reading it.
+    An item that cannot be judged (a unit or dimension error, a division by zero, a zero count
+    in a bound) gets the verdict `invalid` with the reason; every other item is still judged.
+    What breaks every item (the model's geometry) is a UsageError that names the file.
     """
     from kvbench.errors import UsageError
 
@@ -153,17 +154,34 @@ def audit(cf: ClaimsFile) -> Ledger:
 
 def _audit(cf: ClaimsFile) -> Ledger:
     from kvbench.audit.bounds import BOUND_KINDS, Context
+    from kvbench.audit.checks import Problem, item_problems
     from kvbench.audit.claims import check_claim
     from kvbench.audit.figures import Figures
-    from kvbench.audit.ledger import GENERAL_ASSUMPTIONS, Ledger
+    from kvbench.audit.ledger import GENERAL_ASSUMPTIONS, Ledger, invalid_check
     from kvbench.audit.sizing import sizing_check
+    from kvbench.errors import UsageError
 
-    figs = Figures(cf)
-    figs.solve_unknowns()
-    claims = [check_claim(figs, c) for c in cf.claims]
-    sizing = [sizing_check(figs, s) for s in cf.sizing]
+    problems = item_problems(cf)
+    figs = Figures(cf, problems.figures)
+    figs.solve_unknowns(skip=set(problems.claims))
+    claims = [check_claim(figs, c, problems.claims.get(c.id)) for c in cf.claims]
+
+    def judged(section: str, item: Any, problem: Problem | None, run: Any) -> dict[str, Any]:
+        if problem is None:
+            try:
+                return run()
+            except UsageError as exc:
+                problem = Problem(exc.message.removeprefix(f"{cf.source}: "))
+        return invalid_check(item.id, getattr(item, "kind", section), item.description, problem.text())
+
+    sizing = [
+        judged("sizing", s, problems.sizing.get(s.id), lambda s=s: sizing_check(figs, s)) for s in cf.sizing
+    ]
     ctx = Context(figs, claims, sizing)
-    bounds = [BOUND_KINDS[b.kind].compute(ctx, b) for b in cf.bounds]
+    bounds = [
+        judged("bound", b, problems.bounds.get(b.id), lambda b=b: BOUND_KINDS[b.kind].compute(ctx, b))
+        for b in cf.bounds
+    ]
     assumptions = list(GENERAL_ASSUMPTIONS)
     for f in cf.figures:
         if f.kind == "published" and ("taken to be" in f.description or "assumes" in f.description):
@@ -180,6 +198,6 @@ def _audit(cf: ClaimsFile) -> Ledger:
 
 
 def audit_file(path: Path | str | None = None) -> Ledger:
-    from kvbench.audit.schema import load_claims
+    from kvbench.audit.reader import load_claims
 
     return audit(load_claims(path))

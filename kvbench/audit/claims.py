@@ -4,11 +4,14 @@ Verdicts: consistent (the recomputed value rounds to the stated one, or can with
 rounding of the inputs: a note says so), discrepancy (it cannot; readings that would give
 the stated value are searched), unverifiable (the claim needs a figure that was not
 published, or rests on one that was only implied by another claim: the value that figure
-would need is solved for and shown, and the claim is never called consistent).
+would need is solved for and shown, and the claim is never called consistent), invalid (a
+unit, dimension or expression problem of this claim or of a figure it uses: the reason and the
+fix are shown, and every other claim is still judged).
 """
 
 from __future__ import annotations
 
+from kvbench.audit.checks import Problem
 from kvbench.audit.expr import ExprError, eval_expr, expr_names, parse_expr
 from kvbench.audit.figures import Figures
 from kvbench.audit.ledger import ClaimResult
@@ -16,7 +19,6 @@ from kvbench.audit.quantities import Interval, fmt_num, match, stated_range
 from kvbench.audit.readings import alternatives
 from kvbench.audit.schema import Claim
 from kvbench.audit.units import parse_unit
-from kvbench.errors import UsageError
 
 
 def fmt_iv(iv: Interval) -> str:
@@ -71,10 +73,12 @@ def _unverifiable(figs: Figures, claim: Claim, result: ClaimResult, names: list[
     return result
 
 
-def check_claim(figs: Figures, claim: Claim) -> ClaimResult:
-    tree = parse_expr(claim.expr, figs.values)
-    names = expr_names(tree)
-    unit = parse_unit(claim.unit, figs.cf.units)
+def _invalid(result: ClaimResult, problem: Problem) -> ClaimResult:
+    result.verdict, result.headline, result.fix = "invalid", problem.text(), problem.fix
+    return result
+
+
+def check_claim(figs: Figures, claim: Claim, problem: Problem | None = None) -> ClaimResult:
     lo, hi = stated_range(claim.stated, claim.decimals)
     result = ClaimResult(
         id=claim.id,
@@ -89,6 +93,15 @@ def check_claim(figs: Figures, claim: Claim) -> ClaimResult:
         assumptions=list(claim.assumptions),
         stated_text=stated_text(claim.stated, claim.unit, claim.decimals),
     )
+    if problem is not None:
+        return _invalid(result, problem)
+    tree = parse_expr(claim.expr, figs.values)
+    names = expr_names(tree)
+    unit = parse_unit(claim.unit, figs.cf.units)
+    bad = figs.invalid_among(names)
+    if bad is not None:
+        why = figs.invalid[bad]
+        return _invalid(result, Problem(f"uses invalid figure '{bad}' ({why.message})"))
     leaves = figs.leaves(names)
     kinds = {figs[n].basis for n in leaves}
     result.basis = next((k for k in ("unknown", "implied", "model") if k in kinds), "published")
@@ -99,12 +112,10 @@ def check_claim(figs: Figures, claim: Claim) -> ClaimResult:
     except ZeroDivisionError:
         env = figs.env()
         zeros = [n for n in names if env[n].mid == 0]
-        raise UsageError(
-            f"claims '{claim.id}' = {claim.expr}: division by zero"
-            + (f" ({', '.join(zeros)} = 0)" if zeros else "")
-        ) from None
+        why = f" ({', '.join(zeros)} = 0)" if zeros else ""
+        return _invalid(result, Problem(f"claims '{claim.id}' = {claim.expr}: division by zero{why}"))
     except ExprError as exc:
-        raise UsageError(f"claims '{claim.id}' = {claim.expr}: {exc}") from None
+        return _invalid(result, Problem(f"claims '{claim.id}' = {claim.expr}: {exc}"))
     result.recomputed = rc
     m = match(rc, lo, hi)
     shown = fmt_num(rc.mid, None if claim.decimals is None else max(claim.decimals + 1, 0))

@@ -79,7 +79,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         strict: Annotated[
             bool,
-            typer.Option("--strict", help="Exit 1 when any claim is a discrepancy or any bound a finding."),
+            typer.Option(
+                "--strict",
+                help="Exit 1 when any claim is a discrepancy or invalid, or any bound or sizing check a "
+                "finding or invalid.",
+            ),
         ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
     ) -> None:
@@ -90,7 +94,7 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(_clean(ledger.to_dict()), indent=2, default=str))
         else:
             print(format_ledger(ledger))
-        if strict and (ledger.discrepancies or ledger.findings):
+        if strict and (ledger.discrepancies or ledger.findings or ledger.invalid):
             raise typer.Exit(1)
 
     @app.command("sizing")

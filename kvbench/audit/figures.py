@@ -5,7 +5,8 @@ expressions mix GB and B/token freely. Derived figures are computed in dependenc
 (cycles were refused by the checks); a division by zero names the figure and the figures
 that are zero. An unpublished figure that exactly one claim depends on is solved from the
 claim's stated value ("implied"), including when it is a divisor, and every figure resting
-on it has basis "implied".
+on it has basis "implied". A figure the checks found invalid (or whose arithmetic fails: a
+division by zero) has no value and carries the reason in `invalid`; so do figures using it.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import ast
 import math
 from collections.abc import Mapping
 
-from kvbench.audit.checks import derived_order
+from kvbench.audit.checks import Problem, derived_order
 from kvbench.audit.expr import ExprError, eval_expr, expr_names, parse_expr, solve_scalar
 from kvbench.audit.ledger import FigureValue
 from kvbench.audit.quantities import Interval, fmt_num
 from kvbench.audit.schema import ClaimsFile
 from kvbench.audit.units import parse_unit
-from kvbench.errors import UsageError
 from kvbench.model.geometry import resolve_geometry
 from kvbench.model.kv_geometry import KVGeometry
 
@@ -53,18 +53,22 @@ def model_value(geo: KVGeometry, what: str) -> float:
 class Figures:
     """The figure values of one claims file, with their expressions and provenance."""
 
-    def __init__(self, cf: ClaimsFile) -> None:
+    def __init__(self, cf: ClaimsFile, invalid: Mapping[str, Problem] | None = None) -> None:
         self.cf = cf
-        self.units = {f.id: parse_unit(f.unit, cf.units) for f in cf.figures}
+        self.invalid: dict[str, Problem] = dict(invalid or {})
+        ok = [f for f in cf.figures if f.id not in self.invalid]
+        self.units = {f.id: parse_unit(f.unit, cf.units) for f in ok}
         self.trees: dict[str, ast.Expression] = {
-            f.id: parse_expr(f.expr, [g.id for g in cf.figures]) for f in cf.figures if f.expr is not None
+            f.id: parse_expr(f.expr, [g.id for g in cf.figures]) for f in ok if f.expr is not None
         }
-        self.order = derived_order(cf)
+        self.order = [fid for fid in derived_order(cf) if fid in self.trees]
         geo = geometry_of(cf.model.geometry, cf) if cf.model is not None else None
         self.values: dict[str, FigureValue] = {}
         for f in cf.figures:
             iv: Interval | None = None
-            if f.kind == "published":
+            if f.id in self.invalid:
+                pass
+            elif f.kind == "published":
                 assert f.value is not None
                 iv = Interval.printed(f.value, f.decimals)
             elif f.kind == "model":
@@ -82,6 +86,7 @@ class Figures:
                 tags=f.tags,
                 label=f.label or short_label(f.description, f.id),
                 basis={"published": "published", "model": "model"}.get(f.kind, "unknown"),
+                invalid=self.invalid[f.id].message if f.id in self.invalid else None,
             )
         self.derive()
 
@@ -111,6 +116,10 @@ class Figures:
         for fid in self.order:
             fv, tree = self.values[fid], self.trees[fid]
             names = expr_names(tree)
+            bad = next((n for n in names if n in self.invalid), None)
+            if bad is not None:
+                self._invalidate(fid, Problem(f"figures '{fid}': uses invalid figure '{bad}'"))
+                continue
             if not all(n in env for n in names):
                 fv.interval = None
                 continue
@@ -118,16 +127,35 @@ class Figures:
                 base = eval_expr(tree, env)
             except ZeroDivisionError:
                 zeros = [n for n in names if env[n].mid == 0]
-                raise UsageError(
-                    f"figures '{fid}' = {fv.expr}: division by zero"
-                    + (f" ({', '.join(zeros)} = 0)" if zeros else "")
-                ) from None
+                why = f" ({', '.join(zeros)} = 0)" if zeros else ""
+                self._invalidate(fid, Problem(f"figures '{fid}' = {fv.expr}: division by zero{why}"))
+                continue
             except ExprError as exc:
-                raise UsageError(f"figures '{fid}' = {fv.expr}: {exc}") from None
+                self._invalidate(fid, Problem(f"figures '{fid}' = {fv.expr}: {exc}"))
+                continue
             fv.interval = base.scale(1.0 / self.units[fid].factor)
             env[fid] = base
             kinds = {self.values[n].basis for n in self.leaves({fid})}
             fv.basis = "implied" if "implied" in kinds else ("model" if "model" in kinds else "published")
+
+    def _invalidate(self, fid: str, problem: Problem) -> None:
+        self.invalid[fid] = problem
+        self.values[fid].interval = None
+        self.values[fid].invalid = problem.message
+
+    def invalid_among(self, names: list[str] | set[str]) -> str | None:
+        """The first invalid figure `names` use, directly or through derived figures."""
+        stack, seen = list(names), set()
+        while stack:
+            n = stack.pop(0)
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in self.invalid:
+                return n
+            if n in self.trees:
+                stack.extend(expr_names(self.trees[n]))
+        return None
 
     def leaves(self, names: set[str] | tuple[str, ...] | list[str]) -> set[str]:
         """The non-derived figures (published, model, unpublished, implied) `names` rest on."""
@@ -151,11 +179,15 @@ class Figures:
         x = solve_scalar(f, target)
         return None if x is None else x / self.units[leaf].factor
 
-    def solve_unknowns(self) -> None:
+    def solve_unknowns(self, skip: set[str] | frozenset[str] = frozenset()) -> None:
         """For a claim resting on exactly one unpublished figure, solve for the value it implies."""
         ids = list(self.values)
         for claim in self.cf.claims:
+            if claim.id in skip:
+                continue
             tree = parse_expr(claim.expr, ids)
+            if self.invalid_among(expr_names(tree)) is not None:
+                continue
             missing = [n for n in self.leaves(expr_names(tree)) if self.values[n].kind == "unpublished"]
             if len(missing) != 1:
                 continue
@@ -171,6 +203,8 @@ class Figures:
     def show(self, fid: str) -> str:
         """'46.94 s' as the figure is printed (published) or computed."""
         fv = self.values[fid]
+        if fv.invalid is not None:
+            return "invalid"
         if fv.interval is None:
             return "not published"
         d = fv.decimals if fv.kind == "published" else None

@@ -29,6 +29,7 @@ class FigureValue:
     implied_by: str | None = None
     label: str = ""
     basis: str = "published"  # published | model | implied | unknown (what the value rests on)
+    invalid: str | None = None  # why the figure cannot be used (its unit, its expression ...)
 
     def to_dict(self) -> dict[str, Any]:
         iv = self.interval
@@ -45,6 +46,7 @@ class FigureValue:
             "basis": self.basis,
             "label": self.label,
             "description": self.description,
+            "invalid": self.invalid,
         }
 
 
@@ -75,7 +77,7 @@ class ClaimResult:
     decimals: int | None
     stated_range: tuple[float, float]
     recomputed: Interval | None
-    verdict: str  # consistent | discrepancy | unverifiable
+    verdict: str  # consistent | discrepancy | unverifiable | invalid
     notes: list[str] = field(default_factory=list)
     readings: list[Reading] = field(default_factory=list)
     unrelated_matches: int = 0
@@ -84,6 +86,7 @@ class ClaimResult:
     headline: str = ""
     basis: str = "published"  # published | model | implied | unknown: what the recomputation rests on
     implied_needed: dict[str, float] = field(default_factory=dict)
+    fix: str | None = None  # invalid: the suggested fix (a unit such as ms/request)
 
     def to_dict(self) -> dict[str, Any]:
         rc = self.recomputed
@@ -106,6 +109,7 @@ class ClaimResult:
             "basis": self.basis,
             "headline": self.headline,
             "implied_needed": self.implied_needed,
+            "fix": self.fix,
         }
 
 
@@ -128,19 +132,34 @@ class Ledger:
         """Sizing checks and bounds whose conclusion contradicts the publication."""
         return [x for x in self.sizing + self.bounds if x.get("status") == "finding"]
 
+    @property
+    def invalid(self) -> list[str]:
+        """Ids of the claims, sizing checks and bounds that could not be judged."""
+        out = [f.id for f in self.figures if f.invalid is not None]
+        out += [c.id for c in self.claims if c.verdict == "invalid"]
+        return out + [x["id"] for x in self.sizing + self.bounds if x.get("status") == "invalid"]
+
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             v: sum(1 for c in self.claims if c.verdict == v)
-            for v in ("consistent", "discrepancy", "unverifiable")
+            for v in ("consistent", "discrepancy", "unverifiable", "invalid")
         }
         out["bound_findings"] = sum(1 for b in self.bounds if b.get("status") == "finding")
-        out["bounds_ok"] = len(self.bounds) - out["bound_findings"]
+        out["bounds_invalid"] = sum(1 for b in self.bounds if b.get("status") == "invalid")
+        out["bounds_ok"] = len(self.bounds) - out["bound_findings"] - out["bounds_invalid"]
         out["sizing_findings"] = sum(1 for s in self.sizing if s.get("status") == "finding")
+        out["sizing_invalid"] = sum(1 for s in self.sizing if s.get("status") == "invalid")
+        out["figures_invalid"] = sum(1 for f in self.figures if f.invalid is not None)
         return out
 
     def verdicts(self) -> list[dict[str, str]]:
         """One row per claim, sizing check and bound: what the verdict table prints."""
         rows = [
+            {"what": "figure", "id": f.id, "verdict": "invalid", "conclusion": f.invalid}
+            for f in self.figures
+            if f.invalid is not None
+        ]
+        rows += [
             {"what": "claim", "id": c.id, "verdict": c.verdict, "conclusion": c.headline} for c in self.claims
         ]
         rows += [
@@ -165,6 +184,18 @@ class Ledger:
             "bounds": self.bounds,
             "assumptions": self.assumptions,
         }
+
+
+def invalid_check(cid: str, kind: str, description: str, message: str) -> dict[str, Any]:
+    """A sizing check or bound that could not be computed: the same keys the text and JSON read."""
+    return {
+        "id": cid,
+        "kind": kind,
+        "description": description,
+        "status": "invalid",
+        "verdict": message,
+        "headline": message,
+    }
 
 
 GENERAL_ASSUMPTIONS = [

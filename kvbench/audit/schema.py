@@ -1,13 +1,8 @@
-"""The claims file: strict pydantic models, cross-reference checks, and the bounded YAML read.
+"""The claims file as strict pydantic models (the shape; `reader.py` reads and validates files).
 
-Everything wrong with a file is found here or in `figures.py` and reported as one
-`UsageError` line (exit 2): unknown keys and figures, units outside the table, clashing
-dimensions (s + GB), a claim whose unit cannot be converted from its expression's, cycles
-between derived figures, NaN/inf numbers, absurd decimals. The schema is documented in
-`kvbench/audit/__init__.py`.
-
-`decimals` default: when a figure or claim gives none, the decimals of the number as written
-in the file are used (0.25 -> 2, 18 -> 0); the loader keeps the written text for that.
+What the models refuse is a file error (exit 2): unknown keys, NaN/inf numbers, absurd
+decimals, a yes/no where a number is meant (`value: yes` would otherwise be read as 1), an
+unknown bound kind. The schema is documented in `kvbench/audit/__init__.py`.
 """
 
 from __future__ import annotations
@@ -17,15 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kvbench.audit.bounds import BOUND_KINDS
-from kvbench.audit.checks import check_file
-from kvbench.audit.expr import FUNCTIONS, ExprError, expr_dims, expr_names, parse_expr
-from kvbench.audit.quantities import written_decimals
-from kvbench.configfile import read_yaml as read_bounded_yaml
-from kvbench.errors import UsageError
+from kvbench.audit.bound_fields import BOUND_FIELDS
+from kvbench.audit.expr import FUNCTIONS
 
 SCHEMA = "kvbench-claims/1"
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -47,6 +37,13 @@ class _Strict(BaseModel):
 def _finite(v: float | None) -> float | None:
     if v is not None and not math.isfinite(v):
         raise ValueError("must be a finite number (not NaN or infinity)")
+    return v
+
+
+def _no_bool(v: Any) -> Any:
+    """YAML reads yes/no/true/false as booleans, which pydantic would take as 1 and 0."""
+    if isinstance(v, bool):
+        raise ValueError(f"a number is meant, not the yes/no value {str(v).lower()}")
     return v
 
 
@@ -78,6 +75,11 @@ class Figure(_Strict):
     )
     description: str = Field("", description="what the figure is")
     test: str | list[str] | None = Field(None, description="tag(s) grouping related figures")
+
+    @field_validator("value", "decimals", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        return _no_bool(v)
 
     @field_validator("value")
     @classmethod
@@ -134,6 +136,11 @@ class Claim(_Strict):
     description: str = Field("", description="the claim in words")
     assumptions: list[str] = Field(default_factory=list, description="assumptions this check makes")
 
+    @field_validator("stated", "decimals", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        return _no_bool(v)
+
     @field_validator("stated")
     @classmethod
     def _stated_ok(cls, v: float | None) -> float | None:
@@ -169,7 +176,7 @@ class Bound(_Strict):
     """A model-based limit; `kind` picks the module in `kvbench.audit.bounds` that computes it."""
 
     id: str = Field(description="identifier")
-    kind: str = Field("cold_reuse", description=f"one of {', '.join(BOUND_KINDS)}")
+    kind: str = Field("cold_reuse", description=f"one of {', '.join(BOUND_FIELDS)}")
     description: str = Field("", description="the question in words")
     requests: str | None = Field(None, description="figure: number of requests")
     prompts: str | None = Field(None, description="figure: number of distinct prompts")
@@ -197,6 +204,11 @@ class Bound(_Strict):
     rate_before: str | None = Field(None, description="bandwidth_headroom: figure, throughput without noise")
     rate_after: str | None = Field(None, description="bandwidth_headroom: figure, throughput with noise")
 
+    @field_validator("stated", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        return _no_bool(v)
+
     @field_validator("stated")
     @classmethod
     def _stated_ok(cls, v: float | None) -> float | None:
@@ -205,16 +217,16 @@ class Bound(_Strict):
     @field_validator("kind")
     @classmethod
     def _kind_ok(cls, v: str) -> str:
-        if v not in BOUND_KINDS:
-            raise ValueError(f"unknown bound kind '{v}' (known: {', '.join(BOUND_KINDS)})")
+        if v not in BOUND_FIELDS:
+            raise ValueError(f"unknown bound kind '{v}' (known: {', '.join(BOUND_FIELDS)})")
         return v
 
-    def refs(self) -> list[str]:
-        """Figure references this kind requires."""
-        return list(BOUND_KINDS[self.kind].required)
+    def refs(self) -> dict[str, str]:
+        """Figure fields this kind requires, with the dimension each needs."""
+        return dict(BOUND_FIELDS[self.kind].required)
 
-    def optional_refs(self) -> list[str]:
-        return list(BOUND_KINDS[self.kind].optional)
+    def optional_refs(self) -> dict[str, str]:
+        return dict(BOUND_FIELDS[self.kind].optional)
 
 
 class ClaimsFile(_Strict):
@@ -242,127 +254,14 @@ class ClaimsFile(_Strict):
         return v
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
-    return out or "(top)"
-
-
-def _fill_decimals(data: dict[str, Any]) -> dict[str, Any]:
-    """Give figures and claims without `decimals` the decimals their number is written with."""
-    out = dict(data)
-    for section, key in (("figures", "value"), ("claims", "stated")):
-        items = out.get(section)
-        if not isinstance(items, list):
-            continue
-        filled = []
-        for item in items:
-            if isinstance(item, dict) and "decimals" not in item and isinstance(item.get(key), int | float):
-                v = item[key]
-                if not isinstance(v, bool) and math.isfinite(float(v)):
-                    text = getattr(v, "written", None) or repr(v)
-                    item = {**item, "decimals": written_decimals(text)}
-            filled.append(item)
-        out[section] = filled
-    return out
-
-
-def parse_claims(data: Any, source: str = "claims", base_dir: Path | None = None) -> ClaimsFile:
-    """Validate a parsed claims document; UsageError with `path: message` lines."""
-    if not isinstance(data, dict):
-        raise UsageError(f"{source}: expected a mapping at the top level")
-    try:
-        cf = ClaimsFile.model_validate({**_fill_decimals(data), "base_dir": base_dir, "source": source})
-    except ValidationError as exc:
-        problems = [
-            f"{_loc(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
-        ]
-        raise UsageError(f"{source}: " + "; ".join(problems)) from None
-    problems = check_file(cf)
-    if problems:
-        raise UsageError(f"{source}: " + "; ".join(problems))
-    return cf
-
-
-class _WrittenFloat(float):
-    written: str
-
-
-class _WrittenInt(int):
-    written: str
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps how each number was written (for the default `decimals`)."""
-
-
-def _float(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    assert isinstance(node, yaml.ScalarNode)
-    value = yaml.SafeLoader.construct_yaml_float(loader, node)
-    out = _WrittenFloat(value)
-    out.written = str(node.value)
-    return out
-
-
-def _int(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    assert isinstance(node, yaml.ScalarNode)
-    value = yaml.SafeLoader.construct_yaml_int(loader, node)
-    out = _WrittenInt(value)
-    out.written = str(node.value)
-    return out
-
-
-_Loader.add_constructor("tag:yaml.org,2002:float", _float)
-_Loader.add_constructor("tag:yaml.org,2002:int", _int)
-
-
-def read_yaml(p: Path) -> dict[str, Any]:
-    """A claims file through the one bounded reader (kvbench.configfile), numbers as written."""
-    if p.is_dir():
-        raise UsageError(f"{p}: is a directory, not a claims file")
-    return read_bounded_yaml(p, p.name, what="claims files", loader=_Loader)
-
-
-def load_claims(path: Path | str | None = None) -> ClaimsFile:
-    """Read and validate a claims file; None or a bare name = a shipped dataset."""
-    from kvbench.reference import reference_path
-
-    if path is None:
-        p = reference_path()
-    else:
-        p = Path(path)
-        if not p.exists():
-            if p.suffix == "" and "/" not in str(path):
-                p = reference_path(str(path))
-            else:
-                raise UsageError(f"{path}: no such claims file")
-    data = read_yaml(p)
-    return parse_claims(data, source=p.name, base_dir=p.resolve().parent)
-
-
-def load_reference(name: str = "ibm-g4") -> ClaimsFile:
-    """A shipped dataset, validated (was kvbench.reference.load_reference)."""
-    from kvbench.reference import reference_path
-
-    return load_claims(reference_path(name))
-
-
 __all__ = [
     "SCHEMA",
     "Bound",
     "Capacity",
     "Claim",
     "ClaimsFile",
-    "ExprError",
     "Figure",
     "ModelSpec",
     "SizingCheck",
     "Source",
-    "expr_dims",
-    "expr_names",
-    "load_claims",
-    "load_reference",
-    "parse_claims",
-    "parse_expr",
 ]

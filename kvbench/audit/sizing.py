@@ -19,6 +19,8 @@ from kvbench.errors import UsageError
 
 def _positive(figs: Figures, ref: str, check: SizingCheck) -> Interval:
     iv = figs[ref].interval
+    if figs[ref].invalid is not None:
+        raise UsageError(f"sizing '{check.id}': uses invalid figure '{ref}'")
     if iv is None or not iv.mid > 0:
         raise UsageError(f"sizing '{check.id}': figure '{ref}' must be a positive published number")
     return iv.scale(figs.units[ref].factor)
@@ -84,6 +86,8 @@ def sizing_check(figs: Figures, check: SizingCheck) -> dict[str, Any]:
     t_iv = _positive(figs, check.tokens, check)
     nbytes = figs[check.bytes]
     stated_unit = figs.units[check.bytes]
+    if nbytes.invalid is not None:
+        raise UsageError(f"sizing '{check.id}': uses invalid figure '{check.bytes}'")
     if nbytes.interval is None:
         raise UsageError(f"sizing '{check.id}': figure '{check.bytes}' has no value")
     stated_iv = Interval.printed(nbytes.interval.mid, nbytes.decimals)

@@ -18,8 +18,9 @@ from kvbench.audit.quantities import fmt_num
 
 WIDTH = 100
 MARK = {"consistent": "ok", "discrepancy": "!!", "unverifiable": "??", "finding": "!!", "ok": "ok"}
+MARK["invalid"] = "xx"
 WORD = {"consistent": "consistent", "discrepancy": "DISCREPANCY", "unverifiable": "unverifiable"}
-WORD |= {"finding": "FINDING", "ok": "ok"}
+WORD |= {"finding": "FINDING", "ok": "ok", "invalid": "INVALID"}
 
 
 def _wrap(text: str, indent: str, first: str | None = None) -> list[str]:
@@ -39,17 +40,22 @@ def summary_line(ledger: Ledger) -> str:
         f"{len(ledger.claims)} claims: {s['consistent']} consistent, {s['discrepancy']} discrepancy, "
         f"{s['unverifiable']} unverifiable"
     )
+    text += f", {s['invalid']} invalid" if s["invalid"] else ""
+    text += f"; {s['figures_invalid']} invalid figure(s)" if s["figures_invalid"] else ""
     if ledger.sizing:
         text += f"; {len(ledger.sizing)} sizing check(s): {s['sizing_findings']} finding(s)"
+        text += f", {s['sizing_invalid']} invalid" if s["sizing_invalid"] else ""
     if ledger.bounds:
         text += f"; {len(ledger.bounds)} bounds: {s['bound_findings']} finding(s), {s['bounds_ok']} ok"
+        text += f", {s['bounds_invalid']} invalid" if s["bounds_invalid"] else ""
     return text
 
 
 def verdict_table(ledger: Ledger) -> list[str]:
     rows = ledger.verdicts()
     width = max((len(r["id"]) + len(r["what"]) + 1 for r in rows), default=10)
-    out = ["VERDICTS   (!! finding or discrepancy, ?? unverifiable, ok consistent; details below)"]
+    invalid = ", xx invalid" if any(r["verdict"] == "invalid" for r in rows) else ""
+    out = [f"VERDICTS   (!! finding or discrepancy, ?? unverifiable{invalid}, ok consistent; details below)"]
     for r in rows:
         label = r["id"] if r["what"] == "claim" else f"{r['what']} {r['id']}"
         out.append(f"  {MARK[r['verdict']]} {label:<{width}}  {r['conclusion']}")
@@ -62,6 +68,9 @@ def _claim_lines(c: ClaimResult) -> list[str]:
         text = f"{c.expr} = {fmt_iv(c.recomputed)} {c.unit}, stated {c.stated_text}"
         return _wrap(text.replace(" x,", "x,").replace(" %,", "%,"), "     ", f"ok {c.id}: ")
     out = _wrap(f"{MARK[c.verdict]} [{WORD[c.verdict]}] {c.id}: {c.description}".rstrip(": "), "     ", "")
+    if c.verdict == "invalid":
+        out += _wrap(c.headline, "             ", "     invalid: ")
+        return out + ([f"     fix:     unit: {c.fix}"] if c.fix else [])
     d = None if c.decimals is None else max(c.decimals + 1, 0)
     rng = f"[{fmt_num(c.stated_range[0], d)}, {fmt_num(c.stated_range[1], d)})"
     out.append(f"     stated     {c.stated_text}  (as printed, it stands for {rng})")
@@ -87,7 +96,14 @@ def _claim_lines(c: ClaimResult) -> list[str]:
     return out
 
 
+def _invalid_lines(what: str, x: dict[str, Any]) -> list[str]:
+    out = _wrap(f"{what} {x['id']}: {x['description']}".rstrip(": "), "  ", "")
+    return out + _wrap(x["verdict"], "     ", "  => INVALID: ")
+
+
 def _sizing_lines(sz: dict[str, Any]) -> list[str]:
+    if sz["status"] == "invalid":
+        return _invalid_lines("SIZING", sz)
     out = _wrap(f"SIZING {sz['id']}: {sz['description']}", "  ", "")
     out.append(f"  model {sz['model']}; stated {sz['stated']}")
     units = sz["units"]
@@ -102,6 +118,8 @@ def _sizing_lines(sz: dict[str, Any]) -> list[str]:
 
 
 def _bound_lines(b: dict[str, Any]) -> list[str]:
+    if b["status"] == "invalid":
+        return _invalid_lines("BOUND", b)
     out = _wrap(f"BOUND {b['id']} ({b['kind']}): {b['description']}", "  ", "")
     if "basis" in b:
         out += _wrap(f"basis: {b['basis']}", "    ", "  ")
@@ -119,7 +137,9 @@ def _figure_lines(ledger: Ledger) -> list[str]:
     out = ["FIGURES (published = as printed; derived/model/implied = kvbench's arithmetic)"]
     w = max((len(f.id) for f in ledger.figures), default=10)
     for f in ledger.figures:
-        if f.interval is None:
+        if f.invalid is not None:
+            val = "invalid"
+        elif f.interval is None:
             val = "not published"
         else:
             val = fmt_num(f.interval.mid, f.decimals if f.kind == "published" else None)

@@ -4,28 +4,35 @@ Why not pint: a claims file counts things pint does not know (tokens, requests, 
 GPUs) and must keep each of them a dimension of its own (tokens/s is not requests/s);
 pint would accept thousands of words a benchmark paper never means (a seconds value
 "claimed in furlongs" would be a length, not an error), and the audit needs the sibling
-units a careless writer confuses (GB/GiB, KB/KiB, s/ms), which pint does not model.
-The table below is the whole vocabulary; an unknown word is an error that lists it, and a
-file may declare extra counted things in its top-level `units:` list.
+units a careless writer confuses (GB/GiB, KB/KiB, s/ms, GB/Gbit), which pint does not model.
+The table below is the whole vocabulary (`kvbench audit --units` prints it); an unknown word
+is an error that suggests the nearest known one, and a file may declare extra counted things
+in its top-level `units:` list.
 
 A `Unit` is dimension exponents plus the factor to base units (s, B, one of each counted
-thing). Prefixes: SI (k K M G T P) and binary (Ki Mi Gi Ti Pi) on B, SI on bit and on
-counted things ("Mtokens"). "x", "%", "1" and "" are dimensionless (% = 0.01).
+thing), as a float and as an exact Fraction (for verdicts at rounding edges). Prefixes: SI
+(k K M G T P) and binary (Ki Mi Gi Ti Pi) on B, SI on bit and on counted things ("Mtokens").
+"x", "%", "1" and "" are dimensionless (% = 0.01); "1" is the unit of a plain number.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 
 Dims = tuple[tuple[str, int], ...]
 
-_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
-_TIME = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+_PREFIX = {"": Fraction(1), "k": Fraction(10**3), "K": Fraction(10**3), "M": Fraction(10**6)}
+_PREFIX |= {"G": Fraction(10**9), "T": Fraction(10**12), "P": Fraction(10**15)}
+_BINARY = {"Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40)}
+_BINARY["Pi"] = Fraction(2**50)
+_TIME = {"ns": Fraction(1, 10**9), "us": Fraction(1, 10**6), "µs": Fraction(1, 10**6)}
+_TIME |= {"ms": Fraction(1, 10**3), "s": Fraction(1), "min": Fraction(60), "h": Fraction(3600)}
 _TIME_WORDS = {"sec": "s", "second": "s", "seconds": "s", "minute": "min", "minutes": "min"}
 _TIME_WORDS |= {"hour": "h", "hours": "h"}
-_BYTE_WORDS = {"byte": "B", "bytes": "B"}
+_BYTE_WORDS = {"byte": "B", "bytes": "B", "bits": "bit"}
 #: counted things, each its own dimension; singular and short forms map to the plural
 COUNTS: dict[str, tuple[str, ...]] = {
     "tokens": ("token", "tok"),
@@ -42,18 +49,41 @@ COUNTS: dict[str, tuple[str, ...]] = {
     "blocks": ("block",),
     "steps": ("step",),
 }
-_DIMENSIONLESS = {"": 1.0, "x": 1.0, "%": 0.01, "1": 1.0}
+_DIMENSIONLESS = {"": Fraction(1), "x": Fraction(1), "%": Fraction(1, 100), "1": Fraction(1)}
+#: words a writer uses for a plain number; the fix is the unit "1"
+_PLAIN_WORDS = {"count", "counts", "number", "num", "#", "n", "items", "times", "ratio", "fraction"}
 
 
 class UnitError(ValueError):
-    """A unit text that uses a word outside the table."""
+    """A unit text that uses a word outside the table; `fix` is a suggested replacement word."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+def builtin_words() -> list[str]:
+    """Every single word the table knows (for suggestions and for refusing shadowing declarations)."""
+    words = list(_DIMENSIONLESS) + list(_TIME) + list(_TIME_WORDS) + list(_BYTE_WORDS)
+    words += [p + "B" for p in (*_PREFIX, *_BINARY)] + [p + "bit" for p in _PREFIX]
+    for plural, forms in COUNTS.items():
+        words += [plural, *forms]
+    return [w for w in words if w]
 
 
 def known_units() -> str:
-    """The vocabulary, for error messages."""
-    return (
-        "time s ms us ns min h; bytes B kB KB MB GB TB KiB MiB GiB TiB (and bit, Mbit, Gbit); "
-        f"counts {' '.join(COUNTS)}; x % (and combinations such as req/s, GB/s, B/token)"
+    """The vocabulary, printed once by `kvbench audit --units`."""
+    counts = ", ".join(f"{p} ({'/'.join(f)})" for p, f in COUNTS.items())
+    return "\n".join(
+        [
+            "time:          ns us ms s min h (also sec, seconds, minutes, hours)",
+            "bytes:         B kB KB MB GB TB PB, KiB MiB GiB TiB PiB (binary), byte(s)",
+            "bits:          bit kbit Mbit Gbit Tbit (1 bit = 1/8 B)",
+            f"counted:       {counts}",
+            "               SI prefixes on counts: ktokens, Mtokens; a file's `units: [word]` adds more",
+            'dimensionless: "1" (a plain number), x (a ratio), % (= 0.01), or no unit',
+            "combinations:  * and / (or ' per '): req/s, GB/s, B/token, s/request, tokens*s",
+        ]
     )
 
 
@@ -66,7 +96,22 @@ def _count_word(name: str, extra: frozenset[str]) -> str | None:
     return None
 
 
-def _atom(name: str, extra: frozenset[str]) -> tuple[dict[str, int], float]:
+def singular(word: str) -> str:
+    """'requests' -> 'request' (the form a unit's denominator reads best in)."""
+    forms = COUNTS.get(word)
+    return forms[0] if forms else word
+
+
+def _unknown(name: str, extra: frozenset[str]) -> UnitError:
+    if name.lower() in _PLAIN_WORDS:
+        return UnitError(f"unknown unit '{name}': a plain number has the unit \"1\"", '"1"')
+    close = difflib.get_close_matches(name, [*builtin_words(), *extra], n=1, cutoff=0.6)
+    if close:
+        return UnitError(f"unknown unit '{name}': did you mean '{close[0]}'?", close[0])
+    return UnitError(f"unknown unit '{name}': declare it under `units:` or see `kvbench audit --units`")
+
+
+def _atom(name: str, extra: frozenset[str]) -> tuple[dict[str, int], Fraction]:
     name = name.strip()
     name = _TIME_WORDS.get(name, _BYTE_WORDS.get(name, name))
     if name in _DIMENSIONLESS:
@@ -75,18 +120,18 @@ def _atom(name: str, extra: frozenset[str]) -> tuple[dict[str, int], float]:
         return {"time": 1}, _TIME[name]
     if name.endswith("B") and (name[:-1] in _PREFIX or name[:-1] in _BINARY):
         p = name[:-1]
-        return {"bytes": 1}, _BINARY.get(p, _PREFIX.get(p, 1.0))
+        return {"bytes": 1}, _BINARY.get(p, _PREFIX.get(p, Fraction(1)))
     if name.endswith("bit") and name[:-3] in _PREFIX:
         return {"bytes": 1}, _PREFIX[name[:-3]] / 8
     word = _count_word(name, extra)
     if word is not None:
-        return {word: 1}, 1.0
+        return {word: 1}, Fraction(1)
     for p, k in _PREFIX.items():  # "Mtokens", "ktokens": an SI prefix on a counted thing
         if p and name.startswith(p):
             word = _count_word(name[len(p) :], extra)
             if word is not None:
                 return {word: 1}, k
-    raise UnitError(f"unknown unit '{name}' (known: {known_units()})")
+    raise _unknown(name, extra)
 
 
 @dataclass(frozen=True)
@@ -96,6 +141,7 @@ class Unit:
     text: str
     dims: Dims
     factor: float
+    exact: Fraction = Fraction(1)
 
     @property
     def dimensionless(self) -> bool:
@@ -110,38 +156,47 @@ class Unit:
         return self.text.strip() in {"x", "", "1"}
 
 
+def split_unit(text: str) -> list[tuple[int, str]]:
+    """(sign, atom) pairs of a unit text: 'GB/s' -> [(1, 'GB'), (-1, 's')]."""
+    out: list[tuple[int, str]] = []
+    parts = text.replace(" per ", "/").split("/")
+    for i, part in enumerate(parts):
+        for atom in part.split("*"):
+            if not atom.strip() and (i > 0 or len(parts) > 1):
+                raise UnitError(f"bad unit {text!r}: an empty part around / or *")
+            out.append((1 if i == 0 else -1, atom.strip()))
+    return out
+
+
 def parse_unit(text: str, extra: Iterable[str] = ()) -> Unit:
     """Parse "req/s", "GB/s", "B/token", "tokens/request", "GiB", "%", "x" (UnitError if unknown)."""
     if not isinstance(text, str):
         raise UnitError(f"a unit must be text, not {text!r}")
     more = frozenset(extra)
     dims: dict[str, int] = {}
-    factor = 1.0
-    parts = text.replace(" per ", "/").split("/")
-    for i, part in enumerate(parts):
-        sign = 1 if i == 0 else -1
-        for atom in part.split("*"):
-            if not atom.strip() and (i > 0 or len(parts) > 1):
-                raise UnitError(f"bad unit {text!r}")
-            d, f = _atom(atom, more)
-            for k, v in d.items():
-                dims[k] = dims.get(k, 0) + sign * v
-            factor = factor * f if sign > 0 else factor / f
-    return Unit(text, tuple(sorted((k, v) for k, v in dims.items() if v)), factor)
+    factor = Fraction(1)
+    for sign, atom in split_unit(text):
+        d, f = _atom(atom, more)
+        for k, v in d.items():
+            dims[k] = dims.get(k, 0) + sign * v
+        factor = factor * f if sign > 0 else factor / f
+    return Unit(text, tuple(sorted((k, v) for k, v in dims.items() if v)), float(factor), factor)
 
 
 def dims_text(dims: Dims) -> str:
-    """A readable unit for dimensions: 'B/s', 'requests/s', 'a number'."""
+    """A readable unit for dimensions: 'B/s', 'requests/s', 's/request', 'a number'."""
     base = {"time": "s", "bytes": "B"}
 
-    def part(items: list[tuple[str, int]]) -> str:
-        return "*".join(base.get(k, k) + (f"^{v}" if v != 1 else "") for k, v in items)
+    def part(items: list[tuple[str, int]], den: bool) -> str:
+        return "*".join(
+            base.get(k, singular(k) if den else k) + (f"^{v}" if v != 1 else "") for k, v in items
+        )
 
     num = [(k, v) for k, v in dims if v > 0]
     den = [(k, -v) for k, v in dims if v < 0]
     if not num and not den:
         return "a number"
-    return (part(num) or "1") + (f"/{part(den)}" if den else "")
+    return (part(num, False) or "1") + (f"/{part(den, True)}" if den else "")
 
 
 def multiply_dims(a: Dims, b: Dims, power: int = 1) -> Dims:
@@ -149,6 +204,21 @@ def multiply_dims(a: Dims, b: Dims, power: int = 1) -> Dims:
     for k, v in b:
         dims[k] = dims.get(k, 0) + power * v
     return tuple(sorted((k, v) for k, v in dims.items() if v))
+
+
+def suggest_unit(want: Unit, got: Dims) -> str:
+    """A unit of dimension `got` written like `want` where it can be: ms, per request -> ms/request."""
+    extra = multiply_dims(got, want.dims, -1)
+    keys = {k for k, _ in want.dims}
+    if not want.dims or want.is_percent or any(k in keys for k, _ in extra):
+        return dims_text(got) if got else '"1"'
+    base = {"time": "s", "bytes": "B"}
+    num = [base.get(k, k) + (f"^{v}" if v != 1 else "") for k, v in extra if v > 0]
+    den = [base.get(k, singular(k)) + (f"^{-v}" if v != -1 else "") for k, v in extra if v < 0]
+    text = want.text.strip()
+    if num:
+        text = "*".join([text.split("/")[0], *num]) + text[len(text.split("/")[0]) :]
+    return text + "".join(f"/{d}" for d in den)
 
 
 def sibling_units(unit: Unit) -> list[str]:

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from kvbench.audit import audit, format_ledger, load_claims, parse_claims
 from kvbench.audit.commands import register
-from kvbench.errors import UsageError
 
 PAPERS = Path(__file__).resolve().parents[1] / "data" / "claims" / "papers"
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
@@ -47,6 +46,13 @@ KEY = {
             "quiet-ms",
         )
     },
+    "paper_e_one_bad_unit.yaml": {
+        "mean-ttft": ("invalid", "gives s/request, not s; write unit: s/request"),
+        "rate": ("consistent", None),
+        "speedup": ("discrepancy", None),
+        "rate-drop": ("consistent", None),
+        "per-gpu-rate": ("invalid", "uses invalid figure 'gpus'"),
+    },
     "paper_d_implied.yaml": {
         "growth-cold": ("unverifiable", "implies ttft_cold_short = 2"),
         "speedup-short": ("unverifiable", "rests on ttft_cold_short"),
@@ -70,7 +76,7 @@ def test_papers_match_their_key(name):
         c = claims[cid]
         assert c.verdict == verdict, (cid, c.verdict, c.notes)
         if words is not None:
-            texts = [r.text for r in c.readings[:1]] + c.notes
+            texts = [r.text for r in c.readings[:1]] + c.notes + [c.headline]
             assert any(words in t for t in texts), (cid, texts)
 
 
@@ -82,6 +88,17 @@ def test_clean_paper_has_no_discrepancy_and_no_finding():
     assert CliRunner().invoke(app, ["audit", str(PAPERS / "paper_c_clean.yaml"), "--strict"]).exit_code == 0
 
 
+def test_one_bad_unit_leaves_a_ledger_for_every_other_claim():
+    led = audit(load_claims(PAPERS / "paper_e_one_bad_unit.yaml"))
+    mean = next(c for c in led.claims if c.id == "mean-ttft")
+    assert mean.fix == "s/request" and len(mean.headline) <= 200
+    gpus = next(f for f in led.figures if f.id == "gpus")
+    assert 'unit "1"' in (gpus.invalid or "")
+    assert led.invalid == ["gpus", "mean-ttft", "per-gpu-rate"]
+    text = format_ledger(led)
+    assert text.count("known:") == 0 and "requests*s (requests*s)" not in text  # no unit list, once or more
+
+
 def test_item1_claim_on_an_implied_figure_is_unverifiable_never_consistent():
     c = _claims("paper_d_implied.yaml")["speedup-short"]  # 10x = implied 2.0 s / 0.2 s
     assert c.verdict == "unverifiable" and c.recomputed is None
@@ -91,7 +108,7 @@ def test_item1_claim_on_an_implied_figure_is_unverifiable_never_consistent():
 
 
 def test_item1_shipped_13x_at_30k_is_unverifiable():
-    from kvbench.audit.schema import read_yaml
+    from kvbench.audit.reader import read_yaml
     from kvbench.reference import reference_path
 
     doc = read_yaml(reference_path())
@@ -119,14 +136,15 @@ def _doc(figures, claims=(), **more):
             "t + g",
             "cannot add s and GB",
         ),
-        ([{"id": "r", "value": 2, "unit": "req/s"}], "r", "cannot be converted to GB"),
+        ([{"id": "r", "value": 2, "unit": "req/s"}], "r", "gives req/s, not GB; write unit: req/s"),
         ([{"id": "t", "value": 2, "unit": "s"}], "t", "unknown unit 'furlongs'"),
     ],
 )
 def test_item2_units_are_dimensions(figures, claim, message):
     unit = "furlongs" if "furlongs" in message else ("GB" if "GB" in message else "s")
-    with pytest.raises(UsageError, match=message):
-        parse_claims(_doc(figures, [{"id": "c", "expr": claim, "stated": 2, "unit": unit}]), source="t.yaml")
+    doc = _doc(figures, [{"id": "c", "expr": claim, "stated": 2, "unit": unit}])
+    c = audit(parse_claims(doc, source="t.yaml")).claims[0]
+    assert c.verdict == "invalid" and message in c.headline
 
 
 def test_item2_extra_counted_things_are_declared():
@@ -134,8 +152,9 @@ def test_item2_extra_counted_things_are_declared():
         [{"id": "w", "value": 4, "unit": "widgets"}],
         [{"id": "c", "expr": "w", "stated": 4, "unit": "widgets"}],
     )
-    with pytest.raises(UsageError, match="unknown unit 'widgets'"):
-        parse_claims(doc)
+    led = audit(parse_claims(doc))
+    assert led.figures[0].invalid is not None and "unknown unit 'widgets'" in led.figures[0].invalid
+    assert led.claims[0].verdict == "invalid"
     assert audit(parse_claims({**doc, "units": ["widgets"]})).claims[0].verdict == "consistent"
 
 

@@ -17,7 +17,7 @@ from kvbench.errors import UsageError
 
 if TYPE_CHECKING:
     from kvbench.audit.ledger import FigureValue
-    from kvbench.audit.schema import Bound, ClaimsFile
+    from kvbench.audit.schema import Bound
 
 
 def _demands(ctx: Context, b: Bound, used: list[FigureValue], rate_dims: Any) -> list[dict[str, Any]]:
@@ -236,33 +236,4 @@ def lines(b: dict[str, Any]) -> list[str]:
     return out
 
 
-def check(b: Bound, cf: ClaimsFile, seen: set[str]) -> list[str]:
-    problems = []
-    for j, ref in enumerate(b.demand):
-        if ref not in seen:
-            problems.append(f".demand[{j}]: unknown figure '{ref}'")
-    for j, cap in enumerate(b.capacities):
-        if cap.figure not in seen:
-            problems.append(f".capacities[{j}].figure: unknown figure '{cap.figure}'")
-    if not b.capacities:
-        problems.append(f".capacities: required for kind {b.kind}")
-    if not b.demand and b.sizing is None:
-        problems.append(": give `demand` or `sizing` (the run's own transfer rate)")
-    if b.sizing is not None:
-        if b.sizing not in {s.id for s in cf.sizing}:
-            problems.append(f".sizing: unknown sizing check '{b.sizing}'")
-        if b.duration is None:
-            problems.append(".duration: required with `sizing`")
-    if (b.rate_before is None) != (b.rate_after is None):
-        problems.append(": give both `rate_before` and `rate_after`, or neither")
-    return problems
-
-
-KIND = BoundKind(
-    "bandwidth_headroom",
-    ("noise",),
-    ("noise_sources", "duration", "rate_before", "rate_after"),
-    compute,
-    lines,
-    check,
-)
+KIND = BoundKind("bandwidth_headroom", compute, lines)

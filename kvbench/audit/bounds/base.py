@@ -1,15 +1,15 @@
 """What every bound kind provides, and the helpers they share.
 
-A bound kind is one module with a `KIND = BoundKind(...)`: the figure references it
-requires and may use, a `check` of its own reference rules (run when the file is read),
-`compute` (the result dict, with `status` "finding" or "ok" and a one-line `headline`
-for the verdict table) and `lines` (its details in the ledger).
+A bound kind is one module with a `KIND = BoundKind(...)`: `compute` (the result dict, with
+`status` "finding" or "ok" and a one-line `headline` for the verdict table, both set by
+`conclude`) and `lines` (its details in the ledger). The fields it reads, their dimensions and
+its reference rules are data in `kvbench/audit/bound_fields.py`, below the claims-file model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import UsageError
@@ -17,7 +17,7 @@ from kvbench.errors import UsageError
 if TYPE_CHECKING:
     from kvbench.audit.figures import Figures
     from kvbench.audit.ledger import ClaimResult, FigureValue
-    from kvbench.audit.schema import Bound, ClaimsFile
+    from kvbench.audit.schema import Bound
 
 
 @dataclass
@@ -29,24 +29,19 @@ class Context:
     sizing: list[dict[str, Any]]
 
 
-def _no_check(b: Bound, cf: ClaimsFile, seen: set[str]) -> list[str]:
-    return []
-
-
 @dataclass(frozen=True)
 class BoundKind:
     name: str
-    required: tuple[str, ...]
-    optional: tuple[str, ...]
     compute: Callable[[Context, Bound], dict[str, Any]]
     lines: Callable[[dict[str, Any]], list[str]]
-    check: Callable[[Bound, ClaimsFile, set[str]], list[str]] = field(default=_no_check)
 
 
 def value(ctx: Context, b: Bound, ref: str | None, positive: bool = False) -> tuple[float, FigureValue]:
     """A bound's figure in base units (s, B, B/s, counts), with the figure it came from."""
     assert ref is not None
     fv = ctx.figs[ref]
+    if fv.invalid is not None:
+        raise UsageError(f"bounds '{b.id}': uses invalid figure '{ref}'")
     if fv.interval is None:
         raise UsageError(f"bounds '{b.id}': figure '{ref}' has no value (not published)")
     v = fv.interval.mid * ctx.figs.units[ref].factor

@@ -16,8 +16,6 @@ from kvbench.model.prefill import fit_prefill
 if TYPE_CHECKING:
     from kvbench.audit.schema import Bound
 
-REFS = ("short_tokens", "short_time", "long_tokens", "long_time")
-
 
 def fit_points(ctx: Context, b: Bound) -> tuple[float, float, float, float, float, float, list[Any]]:
     """(n1, t1, n2, t2, a, c, figures used) of a bound's two uncached TTFT points."""
@@ -88,4 +86,4 @@ def lines(b: dict[str, Any]) -> list[str]:
     ]
 
 
-KIND = BoundKind("prefill_scaling", REFS, (), compute, lines)
+KIND = BoundKind("prefill_scaling", compute, lines)

@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from kvbench.audit.bounds.base import BoundKind, Context, basis, stated_of, value
-from kvbench.audit.bounds.prefill_scaling import REFS, fit_points
+from kvbench.audit.bounds.prefill_scaling import fit_points
 from kvbench.audit.quantities import fmt_num
 from kvbench.model.prefill import shared_fraction_for_suffix, suffix_time
 
@@ -238,10 +238,4 @@ def lines(b: dict[str, Any]) -> list[str]:
     return out
 
 
-KIND = BoundKind(
-    "serial_prefill",
-    (*REFS, "tokens", "requests", "total"),
-    ("prompts", "gpus", "gpus_available", "cold_total"),
-    compute,
-    lines,
-)
+KIND = BoundKind("serial_prefill", compute, lines)
