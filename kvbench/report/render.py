@@ -40,11 +40,17 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
         from kvbench.report.sessions import read_turns, save_session_plots
 
         images += save_session_plots(read_turns(run_dir), run_dir)
-    summary = summary.model_copy(update={"plots": [p.name for p in images]})
+    from kvbench.report.slice_section import slices_section
+
+    over_time = slices_section(run_dir, df, geometry)  # the run in time slices: table, slices.csv, PNGs
+    extra = [over_time] if over_time is not None else []
+    summary = summary.model_copy(
+        update={"plots": [p.name for p in images + [i for s in extra for i in s.images]]}
+    )
     write_json(run_dir / "summary.json", summary)
     run = summary.run
     title = f"kvbench report: {run.run_id}"
-    sections = build_sections(summary, images)
+    sections = build_sections(summary, images, extra)
     (run_dir / "report.md").write_text(to_markdown(title, sections), encoding="utf-8")
     html_path = run_dir / "report.html"
     html_path.write_text(to_html(title, sections, summary.banner), encoding="utf-8")

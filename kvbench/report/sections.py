@@ -284,7 +284,10 @@ def sessions_section(summary: RunSummary) -> Section | None:
     )
 
 
-def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
+def build_sections(
+    summary: RunSummary, images: list[Path], extra: list[Section] | None = None
+) -> list[Section]:
+    """The report's sections in order; `extra` (built from the run directory: over time) before the notes."""
     secs = [run_section(summary)]
     if (sessions := sessions_section(summary)) is not None:
         secs.append(sessions)
@@ -299,6 +302,7 @@ def build_sections(summary: RunSummary, images: list[Path]) -> list[Section]:
         s = make(summary)
         if s is not None:
             secs.append(s)
+    secs += extra or []
     if summary.notes:
         secs.append(Section("Notes", [f"- {n}" for n in summary.notes]))
     if images:

@@ -1,0 +1,128 @@
+"""The report's "Over time" section: a saved run's slices (kvbench.report.slices) as a table, a CSV
+and the pictures (kvbench.report.slice_plots).
+
+Reads the run directory only: requests, metrics.jsonl, telemetry.jsonl, the mock's ground truth,
+the manifest's phases and engine, the saved scenario's telemetry section (interval, slice width).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvbench.report.formats import Section, Table, fmt
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SLICES_CSV = "slices.csv"
+MAX_ROWS = 60  # the table's; slices.csv holds every slice
+
+# (column, header) in the order shown; a column the run lacks is left out
+SHOWN = (
+    ("requests_per_s", "req/s"),
+    ("ttft_p50_ms", "TTFT p50 ms"),
+    ("ttft_p99_ms", "TTFT p99 ms"),
+    ("hit_ratio", "hit ratio (server)"),
+    ("cached_ratio", "cached share"),
+    ("queue", "queued"),
+    ("kv_usage", "KV usage"),
+    ("kv_used_gb", "KV held GB"),
+    ("gpu_util_pct", "GPU %"),
+    ("gpu_mem_used_gb", "GPU mem GB"),
+    ("scrape_errors", "failed scrapes"),
+)
+
+
+def _sizes(run: Any, geometry: str | None) -> Any:
+    from kvbench.model.geometry import geometry_for_target
+    from kvbench.report.slices import Sizes
+
+    try:
+        geo, _ = geometry_for_target(*run.mock_profile_geometry(), geometry, run.manifest.target.model or "")
+    except Exception:  # no geometry is an answer here: counts in tokens stay tokens
+        geo = None
+    return Sizes(bytes_per_token=geo.bytes_per_token() if geo is not None else None)
+
+
+def run_slices(
+    run_dir: Path, df: pd.DataFrame, geometry: str | None = None, slice_s: float | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(slices, per-request onboarded bytes vs TTFT) of a saved run."""
+    from kvbench.engines.adapters import get_adapter
+    from kvbench.report.manifest import read_run_manifest
+    from kvbench.report.slices import PhaseSpan, build_slices, onboard_vs_ttft
+    from kvbench.results import read_jsonl
+
+    run = read_run_manifest(run_dir)
+    tele = run.scenario().get("telemetry") or {}
+    phases = [
+        PhaseSpan(p.name, p.started_ns, p.ended_ns, p.noise is not None)
+        for p in run.manifest.phases
+        if p.started_ns is not None and p.ended_ns is not None
+    ]
+    truth = read_jsonl(run_dir / "mock_ground_truth.jsonl")
+    slices = build_slices(
+        df,
+        read_jsonl(run_dir / "metrics.jsonl"),
+        read_jsonl(run_dir / "telemetry.jsonl"),
+        truth,
+        phases,
+        get_adapter(run.manifest.target.engine or "generic"),
+        slice_s=slice_s or tele.get("slice_s"),
+        interval_s=tele.get("interval_s", 1.0),
+        sizes=_sizes(run, geometry),
+    )
+    return slices, onboard_vs_ttft(df, truth)
+
+
+def _cell(x: Any) -> str:
+    if isinstance(x, float) and math.isnan(x):
+        return "-"
+    return fmt(float(x)) if isinstance(x, int | float) and not isinstance(x, bool) else str(x)
+
+
+def slices_table(sl: pd.DataFrame) -> Table:
+    rate_cols = [
+        c
+        for c in sl.columns
+        if c.endswith(("_gb_s", "_per_s")) and c not in ("requests_per_s", "errors_per_s")
+    ]
+    shown = [(c, h) for c, h in SHOWN if c in sl.columns]
+    shown[1:1] = [
+        (c, c.removesuffix("_gb_s").replace("_", " ") + (" GB/s" if c.endswith("_gb_s") else ""))
+        for c in rate_cols
+    ]
+    headers = ["t (s)", "phase", *[h for _, h in shown]]
+    rows = []
+    for r in sl.head(MAX_ROWS).itertuples(index=False):
+        d = r._asdict()
+        phase = (d["phase"] or "-") + (" (noise)" if d["noisy"] else "")
+        rows.append([fmt(float(d["t_s"])), phase, *[_cell(d[c]) for c, _ in shown]])
+    return Table(headers, rows)
+
+
+def slices_section(
+    run_dir: Path, df: pd.DataFrame, geometry: str | None = None, slice_s: float | None = None
+) -> Section | None:
+    """The section (table, pictures) and slices.csv; None when the run has no timed request."""
+    from kvbench.report.slice_plots import save_slice_plots
+
+    sl, scatter = run_slices(run_dir, df, geometry, slice_s)
+    if sl.empty:
+        return None
+    sl.to_csv(run_dir / SLICES_CSV, index=False)
+    images = save_slice_plots(run_dir, sl, scatter)
+    width = float(sl["slice_s"].iloc[0])
+    paras = [
+        f"The run in slices of {width:g} s (seconds since the first phase began; the scenario's "
+        "`telemetry.slice_s` sets the width, else it is chosen from the run's span). req/s counts "
+        "answers that ended in the slice; TTFT and the cached share are of answers whose first token "
+        "came in it; the hit ratio is the server's own counters over the slice; `onboard`/`offload` "
+        "are KV moved per tier as the engine counts it, `gt onboard` the mock's ground truth; host and "
+        "node columns are the network and disk of this host and of the named node exporters."
+    ]
+    if len(sl) > MAX_ROWS:
+        paras.append(f"The first {MAX_ROWS} of {len(sl)} slices; `{SLICES_CSV}` holds them all.")
+    return Section("Over time", paras, [slices_table(sl)], images)
