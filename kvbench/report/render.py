@@ -40,6 +40,10 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
         from kvbench.report.sessions import read_turns, save_session_plots
 
         images += save_session_plots(read_turns(run_dir), run_dir)
+    if summary.run.test == "replay":
+        from kvbench.report.replay import save_replay_plots
+
+        images += save_replay_plots(run_dir)
     from kvbench.report.slice_section import slices_section
 
     over_time = slices_section(run_dir, df, geometry)  # the run in time slices: table, slices.csv, PNGs

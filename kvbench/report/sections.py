@@ -291,6 +291,11 @@ def build_sections(
     secs = [run_section(summary)]
     if (sessions := sessions_section(summary)) is not None:
         secs.append(sessions)
+    if summary.run.test == "replay":
+        from kvbench.report.replay import replay_section
+
+        if (replay := replay_section(Path(summary.run.run_dir))) is not None:
+            secs.append(replay)
     for make in (
         speedup_section,
         throughput_section,

@@ -1,0 +1,166 @@
+"""The replay test against the embedded mock: its ground truth agrees with the trace analysis.
+
+Alignment: the mock caches 16-token blocks and the traces here have 512 (mooncake) or 64 (weka)
+token blocks, a multiple, so kvbench.trace.realise.engine_rows restates each row in the mock's
+blocks and kvbench.trace.lru's rules (with block_tokens=16: whole blocks stored, at least one
+token computed) give what the mock can reuse exactly, not only within one trace block. The
+trace's own ideal (every id reusable) then differs from it only inside one trace block a row.
+The schedule is one request at a time in trace order, so every row sees all rows before it
+committed, as the analysis assumes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvbench.mock.profiles import load_profile
+from kvbench.mock.timing import derive_params
+from kvbench.results import read_jsonl
+from kvbench.run.runner import RunOptions, run_scenario
+from kvbench.scenario import load_scenario
+from kvbench.trace import open_trace
+from kvbench.trace.lru import expected_reusable_blocks, lru_hits
+from kvbench.trace.realise import engine_rows
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "tests" / "data" / "replay" / "mooncake-small.jsonl"
+MOCK_BLOCK = 16
+
+
+async def replay(tmp_path: Path, trace: Path, **overrides: object):
+    settings = {"test.trace.path": str(trace), "test.schedule": "concurrent", "test.concurrency": 1}
+    scn, _ = load_scenario("replay", {**settings, **overrides})
+    outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
+    assert outcome.status == "complete" and outcome.exit_code == 0
+    run_dir = outcome.run_dir
+    reqs = {r["request_id"]: r for r in read_jsonl(run_dir / "requests.jsonl") if r["phase"] == "replay"}
+    truth = {t["request_id"]: t for t in read_jsonl(run_dir / "mock_ground_truth.jsonl")}
+    rows = sorted(read_jsonl(run_dir / "replay.jsonl"), key=lambda r: r["index"])
+    assert len(rows) == len(reqs) and all(reqs[r["request_id"]]["status"] == "ok" for r in rows)
+    mock_hits = [truth[r["request_id"]]["cached_tokens"] for r in rows]
+    return run_dir, rows, reqs, mock_hits
+
+
+async def test_unbounded_mock_hits_equal_the_ideal(tmp_path):
+    run_dir, rows, reqs, mock_hits = await replay(tmp_path, SMALL)
+    trace = list(open_trace(SMALL))
+    aligned = [
+        h * MOCK_BLOCK for h in expected_reusable_blocks(engine_rows(trace, 512, MOCK_BLOCK), block_tokens=16)
+    ]
+    assert mock_hits == aligned
+    assert sum(mock_hits) > 0.3 * sum(r.input_length for r in trace)  # the trace shares a lot
+    ideal = [
+        min(h * 512, r.input_length) for h, r in zip(expected_reusable_blocks(trace), trace, strict=True)
+    ]
+    assert [r["expected_cached_tokens"] for r in rows] == ideal
+    for got, want in zip(mock_hits, ideal, strict=True):
+        assert want - 512 < got <= want  # the trace's ideal, within one trace block
+    # what the client saw is what the mock did, and every prompt is token-exact
+    assert [reqs[r["request_id"]]["cached_tokens"] for r in rows] == mock_hits
+    assert [reqs[r["request_id"]]["prompt_tokens_server"] for r in rows] == [r.input_length for r in trace]
+    # the per-run salt: the first request of the run found nothing cached
+    assert mock_hits[0] == 0
+    summary = json.loads((run_dir / "replay.json").read_text())
+    assert summary["token_exact_sample"]["exact"] == summary["token_exact_sample"]["checked"] > 0
+    assert summary["engine_block_tokens"] == MOCK_BLOCK
+
+
+async def test_bounded_mock_hits_equal_the_lru_simulation(tmp_path):
+    capacity_blocks = 120  # well under the trace's ~4,700 mock blocks: eviction decides the hits
+    profile = load_profile("ci")
+    assert [n for n in ("G1", "G2", "G3", "G4") if profile.tiers.by_name(n).enabled] == ["G4"]
+    params = derive_params(profile)
+    assert params.block_tokens == MOCK_BLOCK
+    capacity = (capacity_blocks + 0.5) * params.block_bytes
+    _, rows, _, mock_hits = await replay(
+        tmp_path, SMALL, **{"target.mock_overrides": {"tiers.G4.capacity_bytes": capacity}}
+    )
+    trace = list(open_trace(SMALL))
+    sim = lru_hits(engine_rows(trace, 512, MOCK_BLOCK), [0, 0, 0, capacity_blocks], block_tokens=MOCK_BLOCK)
+    expected = [h.blocks * MOCK_BLOCK for h in sim]
+    assert mock_hits == expected
+    unbounded = [r["engine_expected_tokens"] for r in rows]
+    assert sum(mock_hits) < sum(unbounded)  # the capacity cost hits: the test can tell the two apart
+
+
+async def test_weka_rows_realised_in_their_own_blocks(tmp_path):
+    # WEKA: 64-token blocks, `t` in seconds, sessions; a hand-written shared prefix and a new turn
+    trace = tmp_path / "weka.jsonl"
+    rows = [
+        {"t": 0.0, "in": 150, "out": 3, "hash_ids": [1, 2, 3], "session": "a"},
+        {"t": 0.01, "in": 200, "out": 3, "hash_ids": [1, 2, 4, 5], "session": "a"},
+        {"t": 0.02, "in": 100, "out": 3, "hash_ids": [6, 7], "session": "b"},
+        {"t": 0.03, "in": 256, "out": 3, "hash_ids": [1, 2, 4, 5], "session": "a"},
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, got, _, mock_hits = await replay(tmp_path, trace)
+    parsed = list(open_trace(trace))
+    assert open_trace(trace).format == "weka"
+    aligned = [
+        h * MOCK_BLOCK for h in expected_reusable_blocks(engine_rows(parsed, 64, MOCK_BLOCK), block_tokens=16)
+    ]
+    assert mock_hits == aligned == [0, 128, 0, 192]
+    assert [r["expected_cached_tokens"] for r in got] == [0, 128, 0, 256]  # the trace's view: every id
+
+
+def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """`kvbench ARGS...` in this process; a command that succeeds returns instead of exiting."""
+    from kvbench.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["kvbench", *args])
+    code: int = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_replay_writes_the_report(tmp_path, monkeypatch, capsys):
+    code, out, err = cli(
+        monkeypatch,
+        capsys,
+        "run",
+        "replay",
+        "--trace",
+        str(SMALL),
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "--set",
+        "test.trace.speedup=20",
+        "--set",
+        "test.trace.limit=25",
+    )
+    assert code == 0, err
+    assert "replay: 25 requests (0 failed)" in out
+    (run_dir,) = tmp_path.iterdir()
+    report = (run_dir / "report.md").read_text()
+    assert "## Replay: hits vs the trace" in report and "| replay | 25 |" in report
+    assert (run_dir / "replay_ttft_vs_reuse.png").stat().st_size > 10_000
+    summary = json.loads((run_dir / "replay.json").read_text())
+    assert summary["requests"] == 25 and summary["lateness"]["n"] == 25
+    # the fixed schedule: each request's planned time is the trace's, 20 times faster
+    rows = sorted(read_jsonl(run_dir / "replay.jsonl"), key=lambda r: r["index"])
+    t0 = rows[0]["timestamp_ms"]
+    for r in rows:
+        assert r["scheduled_offset_s"] == pytest.approx((r["timestamp_ms"] - t0) / 1000 / 20)
+
+
+def test_cli_bad_trace_row_is_one_line(tmp_path, run_cli):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"timestamp": 0, "input_length": 100, "output_length": 2, "hash_ids": [1]}\n'
+        '{"timestamp": 5, "input_length": -3, "output_length": 2, "hash_ids": [1]}\n'
+    )
+    code, _, err = run_cli("run", "replay", "--trace", str(bad), "--output-dir", str(tmp_path / "r"), "-q")
+    assert code == 2
+    (line,) = [x for x in err.splitlines() if x.strip()]
+    assert f"{bad}:2: input_length" in line and "Traceback" not in err
