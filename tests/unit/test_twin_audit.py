@@ -61,8 +61,9 @@ def test_twin_and_audit_agree_bandwidth_alone_predicts_no_drop_at_the_published_
     assert twin_drop < 0.01 and bound["fits"] is True
     assert "cannot explain" in bound["verdict"]
     assert bound["throughput_drop"] == pytest.approx(1 - 3.6 / 4.26)  # the published 15.5%, unexplained
-    if "topology" in bound:  # the bound's own reading of the topology (kvbench.model.topology)
-        assert bound["topology"]["bandwidth_drop"] == pytest.approx(audit_drop, abs=1e-9)
+    # the bound itself states that reading, and what else could cost the drop
+    assert bound["topology"]["bandwidth_drop"] == pytest.approx(audit_drop, abs=1e-9)
+    assert bound["topology"]["other_mechanisms"] == reading["other_mechanisms"]
 
 
 def test_where_the_noise_crosses_the_reads_link_both_predict_a_drop(bound):

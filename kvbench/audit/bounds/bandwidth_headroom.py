@@ -14,6 +14,7 @@ from kvbench.audit.bounds.base import BoundKind, Context, basis, value
 from kvbench.audit.quantities import fmt_num
 from kvbench.audit.units import parse_unit
 from kvbench.errors import UsageError
+from kvbench.model.topology import bandwidth_reading
 
 if TYPE_CHECKING:
     from kvbench.audit.ledger import FigureValue
@@ -147,6 +148,11 @@ def compute(ctx: Context, b: Bound) -> dict[str, Any]:
         "assumptions": assumptions,
         "note": "average rates over a run; a bound from totals, not a measurement of the fabric",
     }
+    # the twin's reading of the same links (the mock's one sharing rule): ~0 here means bandwidth
+    # alone predicts no drop, and the mechanisms it names are the mock's knobs for the rest
+    caps = [(r["figure"], r["capacity"], r["noise_shares"]) for r in rows]
+    flows = round(noise / per_source) if per_source else 1
+    out["topology"] = bandwidth_reading(caps, demand, noise, flows)
     _verdict(out, rows, gbs, keep)
     return out
 
@@ -233,6 +239,12 @@ def lines(b: dict[str, Any]) -> list[str]:
             f"'saturates at': the capacity at which the {b['throughput_drop']:.1%} drop would be "
             "explained by saturation alone (the run's share falling to its rate under the competing traffic)"
         )
+    t = b.get("topology")
+    if t:
+        out.append(f"the twin's links ({t['rule']}): bandwidth alone predicts {t['bandwidth_drop']:.1%}")
+        if t["other_mechanisms"]:
+            others = "; ".join(t["other_mechanisms"])
+            out.append(f"what else could cost it (mock knobs, off by default): {others}")
     return out
 
 
