@@ -6,7 +6,8 @@ verdict table (one line per claim, sizing check and bound), then each finding in
 detail, the figures (published, derived, from the model, implied) and every
 assumption made on the way.
 
-Modules: schema (the file), checks (references, units, cycles), units, quantities
+Modules: schema (the file's model), reader (reading it), bound_fields (what each bound kind
+reads), checks (file and per-item problems), units, quantities
 (printed ranges), expr (the expression language), figures (values and provenance),
 claims (one claim), readings (alternative readings), sizing, bounds/ (one module per
 kind, a registry), ledger (results), text (the ledger as text), commands (CLI).
@@ -90,15 +91,19 @@ percent_of(part, whole), reciprocal(a), abs(a). The percent_* functions return
 fractions (0.155); a claim whose unit is "%" shows them as 15.5%. Values are
 computed in base units (s, B, counts), so "GB" and "B/token" figures mix freely.
 
-Units are checked as dimensions: adding s to GB, or claiming a req/s expression in GB, is a
-file error (exit 2) naming the claim and the units.
+Units are checked as dimensions: adding s to GB, or claiming a req/s expression in GB, makes
+that claim ``invalid`` (the reason and a fix such as ``ms/request``); a figure with an unknown
+unit is invalid and so is everything using it; every other item is still judged. Only a file
+that cannot be read at all (YAML, unknown keys, a key given twice, yes/no where a number is
+meant, a `units:` word that is a built-in unit) is an error (exit 2).
 
 Verdicts: ``consistent`` when the recomputed value rounds to the stated one (or
 can, given the rounding of the figures it uses: said so in a note);
 ``discrepancy`` otherwise; ``unverifiable`` when a claim needs a figure that was
 not published, or rests on one that another claim only implies (the value it
-would need is solved for and shown). Bounds and sizing checks end in ``finding``
-or ``ok``; ``kvbench audit --strict`` exits 1 on any discrepancy or finding.
+would need is solved for and shown); ``invalid`` when it cannot be judged. Bounds and
+sizing checks end in ``finding``, ``ok`` or ``invalid`` (one status, rendered in the text and
+the JSON alike); ``kvbench audit --strict`` exits 1 on any discrepancy, finding or invalid item.
 
 For a discrepancy, alternative readings are searched generically over the
 """

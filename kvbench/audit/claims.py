@@ -11,14 +11,17 @@ fix are shown, and every other claim is still judged).
 
 from __future__ import annotations
 
+from fractions import Fraction
+from typing import Any
+
 from kvbench.audit.checks import Problem
 from kvbench.audit.expr import ExprError, eval_expr, expr_names, parse_expr
 from kvbench.audit.figures import Figures
 from kvbench.audit.ledger import ClaimResult
-from kvbench.audit.quantities import Interval, fmt_num, match, stated_range
+from kvbench.audit.quantities import Interval, exact_range, fmt_num, match, stated_range
 from kvbench.audit.readings import alternatives
 from kvbench.audit.schema import Claim
-from kvbench.audit.units import parse_unit
+from kvbench.audit.units import Unit, parse_unit
 
 
 def fmt_iv(iv: Interval) -> str:
@@ -78,6 +81,21 @@ def _invalid(result: ClaimResult, problem: Problem) -> ClaimResult:
     return result
 
 
+def _exact_match(figs: Figures, tree: Any, unit: Unit, claim: Claim) -> str | bool | None:
+    """The verdict's match decided in Fractions (rounding edges), or False when it cannot be."""
+    env = figs.exact_env()
+    if env is None:
+        return False
+    try:
+        rc = eval_expr(tree, env, exact=True).scale(1 / unit.exact)  # type: ignore[arg-type]
+    except (ZeroDivisionError, ExprError, OverflowError):
+        return False
+    if not all(isinstance(x, Fraction | int) for x in (rc.lo, rc.mid, rc.hi)):
+        return False  # a power went through floats: no exact answer
+    lo, hi = exact_range(claim.stated, claim.decimals)
+    return match(rc, lo, hi, exact=True)
+
+
 def check_claim(figs: Figures, claim: Claim, problem: Problem | None = None) -> ClaimResult:
     lo, hi = stated_range(claim.stated, claim.decimals)
     result = ClaimResult(
@@ -117,7 +135,8 @@ def check_claim(figs: Figures, claim: Claim, problem: Problem | None = None) -> 
     except ExprError as exc:
         return _invalid(result, Problem(f"claims '{claim.id}' = {claim.expr}: {exc}"))
     result.recomputed = rc
-    m = match(rc, lo, hi)
+    exact = _exact_match(figs, tree, unit, claim)
+    m = match(rc, lo, hi) if exact is False else exact
     shown = fmt_num(rc.mid, None if claim.decimals is None else max(claim.decimals + 1, 0))
     recomputed = f"{shown}{claim.unit}" if claim.unit in ("x", "%") else f"{shown} {claim.unit}"
     if m is not None:

@@ -19,9 +19,11 @@ AUDIT_HELP = (
     "percentage, time instead of rate, inverse ratio, other figure pairs, GB vs GiB...), sizing "
     "checks and model-based bounds, and all assumptions.\n\n"
     "Without CLAIMS the shipped dataset of the IBM G4 results (ibm-g4) is audited; CLAIMS may "
-    "be a YAML file or a shipped dataset name. Exit code 0 whenever the ledger is produced; "
-    "with --strict, 1 if any claim is a discrepancy or any bound or sizing check a finding; "
-    "2 for a bad claims file.\n\n"
+    "be a YAML file or a shipped dataset name. A claim, figure, sizing check or bound with a unit, "
+    "dimension or expression error is 'invalid' (with the fix) and the rest is still judged. Exit "
+    "code 0 whenever the ledger is produced; with --strict, 1 if any claim is a discrepancy or "
+    "invalid, or any bound or sizing check a finding or invalid; 2 for a file that cannot be read "
+    "(YAML, unknown keys, a key given twice, yes/no where a number is meant).\n\n"
     """\b
 Claims file (YAML):
   schema: kvbench-claims/1
@@ -46,11 +48,18 @@ Claims file (YAML):
     # total reachable on N GPUs?) and bandwidth_headroom (does
     # competing traffic saturate a link?): fields in
     # kvbench/audit/__init__.py's docstring; see ibm-g4.yaml
-Units (checked): s ms min h, B kB KB MB GB TB KiB MiB GiB TiB,
-tokens requests prompts connections clients GPUs nodes ...,
-req/s GB/s B/token, x %; `units: [word]` adds counted things.
+Units (checked; all of them: kvbench audit --units):
+s ms min h, B kB KB MB GB TB KiB MiB GiB TiB, bit kbit Mbit
+Gbit Tbit (1/8 B), tokens requests prompts connections clients
+GPUs nodes ..., req/s GB/s B/token s/request, x %; "1" is the
+unit of a plain number; a file's `units:` list of words adds
+counted things.
 decimals: "18%" = 0 means [17.5, 18.5); "24 million" = -6;
-default: as the number is written (0.25 -> 2).
+default: as the number is written (0.25 -> 2, 200 -> 0).
+Changed default: a number without decimals used to be exact;
+now 200 stands for [199.5, 200.5), so an old file's exact
+counts may read "within input rounding": give decimals: null
+to keep a figure exact.
 Functions: ratio quotient difference sum product percent_change
 percent_increase percent_drop percent_of reciprocal abs
 (percent_* return fractions; a "%" claim shows them x 100).
@@ -86,7 +95,15 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
+        units: Annotated[
+            bool, typer.Option("--units", help="Print the units a claims file may use, and exit.")
+        ] = False,
     ) -> None:
+        if units:
+            from kvbench.audit.units import known_units
+
+            print(known_units())
+            return
         from kvbench.audit import audit, format_ledger, load_claims
 
         ledger = audit(load_claims(claims))

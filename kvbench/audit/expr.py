@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
 
 from kvbench.audit.quantities import Interval
 from kvbench.audit.units import Dims, dims_text, multiply_dims
@@ -23,24 +24,25 @@ FUNCTIONS: dict[str, Callable[..., Interval]] = {
     "quotient": lambda a, b: a / b,
     "difference": lambda a, b: a - b,
     # percentages are returned as fractions; a claim with unit "%" shows them x 100
-    "percent_change": lambda old, new: new / old - Interval.exact(1.0),
-    "percent_drop": lambda old, new: Interval.exact(1.0) - new / old,
-    "percent_increase": lambda old, new: new / old - Interval.exact(1.0),
+    # an int 1 stays exact with Fractions (rounding edges) and becomes a float with floats
+    "percent_change": lambda old, new: new / old - Interval.exact(1),
+    "percent_drop": lambda old, new: Interval.exact(1) - new / old,
+    "percent_increase": lambda old, new: new / old - Interval.exact(1),
     "percent_of": lambda part, whole: part / whole,
-    "reciprocal": lambda a: Interval.exact(1.0) / a,
+    "reciprocal": lambda a: Interval.exact(1) / a,
     "abs": lambda a: a.abs(),
 }
 
 
 def _sum(*xs: Interval) -> Interval:
-    total = Interval.exact(0.0)
+    total = Interval.exact(0)
     for x in xs:
         total = total + x
     return total
 
 
 def _product(*xs: Interval) -> Interval:
-    total = Interval.exact(1.0)
+    total = Interval.exact(1)
     for x in xs:
         total = total * x
     return total
@@ -143,28 +145,32 @@ def expr_names(tree: ast.Expression) -> list[str]:
     return out
 
 
-def _eval(node: ast.AST, env: Mapping[str, Interval]) -> Interval:
+def _eval(node: ast.AST, env: Mapping[str, Interval], exact: bool) -> Interval:
     if isinstance(node, ast.Expression):
-        return _eval(node.body, env)
+        return _eval(node.body, env, exact)
     if isinstance(node, ast.Constant):
-        return Interval.exact(float(node.value))  # type: ignore[arg-type]  # checked in parse_expr
+        v = node.value
+        if exact:
+            return Interval.exact(Fraction(repr(v)) if isinstance(v, float) else Fraction(v))  # type: ignore[arg-type]
+        return Interval.exact(float(v))  # type: ignore[arg-type]  # checked in parse_expr
     if isinstance(node, ast.Name):
         return env[node.id]
     if isinstance(node, ast.UnaryOp):
-        v = _eval(node.operand, env)
+        v = _eval(node.operand, env, exact)
         return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp):
-        return _ALLOWED_BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+        return _ALLOWED_BINOPS[type(node.op)](_eval(node.left, env, exact), _eval(node.right, env, exact))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return FUNCTIONS[node.func.id](*[_eval(a, env) for a in node.args])
+        return FUNCTIONS[node.func.id](*[_eval(a, env, exact) for a in node.args])
     raise ExprError(f"cannot evaluate {ast.unparse(node)}")
 
 
-def eval_expr(tree: ast.Expression | ast.AST, env: Mapping[str, Interval]) -> Interval:
+def eval_expr(tree: ast.Expression | ast.AST, env: Mapping[str, Interval], exact: bool = False) -> Interval:
     """Evaluate in base units. ZeroDivisionError passes through (the caller names the figures);
-    overflow, complex or infinite results are ExprErrors."""
+    overflow, complex or infinite results are ExprErrors. `exact`: constants as Fractions (the
+    env then holds Fractions too), for verdicts at rounding edges."""
     try:
-        out = _eval(tree, env)
+        out = _eval(tree, env, exact)
     except OverflowError:
         raise ExprError("the result overflows (numbers too large)") from None
     except ValueError as exc:

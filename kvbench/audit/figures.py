@@ -110,6 +110,26 @@ class Figures:
                     out[fid] = eval_expr(tree, out)
         return out
 
+    def exact_env(self) -> dict[str, Interval] | None:
+        """`env` in Fractions (printed figures as written, exact unit factors), for verdicts at
+        rounding edges; None when a derived figure cannot be computed so."""
+        out: dict[str, Interval] = {}
+        for fid, fv in self.values.items():
+            if fid in self.trees or fv.interval is None:
+                continue
+            u = self.units[fid].exact
+            if fv.kind == "published":
+                out[fid] = Interval.printed_exact(fv.interval.mid, fv.decimals).scale(u)  # type: ignore[arg-type]
+            else:
+                out[fid] = Interval.printed_exact(fv.interval.mid, None).scale(u)  # type: ignore[arg-type]
+        try:
+            for fid in self.order:
+                if all(n in out for n in expr_names(self.trees[fid])):
+                    out[fid] = eval_expr(self.trees[fid], out, exact=True)
+        except (ZeroDivisionError, ExprError, OverflowError):
+            return None
+        return out
+
     def derive(self) -> None:
         """Compute every derived figure whose inputs have values, in dependency order."""
         env = self.env()

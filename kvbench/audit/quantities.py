@@ -6,6 +6,10 @@ stands for any value in [3.55, 3.65). `Interval` carries that range through arit
 reads the decimals from how a number is written (0.25 -> 2), the documented default when a
 claims file gives no `decimals`. Units are in `units.py`, expressions in `expr.py`.
 
+Rounding edges: an Interval may hold Fractions (`printed_exact`), so that a verdict whose
+ranges only touch is decided exactly: 0.02 (two decimals) x 3 is [0.045, 0.075), which does
+not reach "0.08" = [0.075, 0.085), though in floats 0.025 * 3 = 0.07500000000000001 does.
+
 Pure code: no I/O, no pandas.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import product as _cartesian
 
 # --------------------------------------------------------------------------- intervals
@@ -43,6 +48,15 @@ class Interval:
         half = 0.5 * 10.0 ** (-decimals)
         return cls(value - half, value, value + half)
 
+    @classmethod
+    def printed_exact(cls, value: float, decimals: int | None) -> Interval:
+        """`printed` in Fractions: the number as written (its shortest repr) and an exact half-step."""
+        v = Fraction(repr(float(value)))
+        if decimals is None:
+            return cls(v, v, v)  # type: ignore[arg-type]
+        half = Fraction(1, 2) * Fraction(10) ** (-decimals)
+        return cls(v - half, v, v + half)  # type: ignore[arg-type]
+
     def _combine(self, other: Interval, op: Callable[[float, float], float]) -> Interval:
         corners = [op(a, b) for a, b in _cartesian((self.lo, self.hi), (other.lo, other.hi))]
         return Interval(min(corners), op(self.mid, other.mid), max(corners))
@@ -67,7 +81,7 @@ class Interval:
 
     def __pow__(self, other: Interval) -> Interval:
         def power(a: float, b: float) -> float:
-            r = a**b
+            r = float(a) ** float(b)  # never exact: a Fraction power can be astronomically large
             if isinstance(r, complex):
                 raise ValueError(f"({a:g}) ** {b:g} has no real value")
             return r
@@ -85,7 +99,7 @@ class Interval:
             return self
         if self.hi <= 0:
             return -self
-        return Interval(0.0, abs(self.mid), max(-self.lo, self.hi))
+        return Interval(0, abs(self.mid), max(-self.lo, self.hi))
 
     def overlaps(self, other: Interval) -> bool:
         return (self.lo < other.hi and other.lo < self.hi) or self.lo == other.lo
@@ -104,13 +118,26 @@ def rounds_to(x: float, lo: float, hi: float) -> bool:
     return lo - eps <= x < hi - eps or (lo == hi and abs(x - lo) <= eps)
 
 
-def match(iv: Interval, lo: float, hi: float) -> str | None:
-    """ "exact", "within input rounding" or None."""
+def exact_range(value: float, decimals: int | None) -> tuple[Fraction, Fraction]:
+    iv = Interval.printed_exact(value, decimals)
+    return iv.lo, iv.hi  # type: ignore[return-value]
+
+
+def match(iv: Interval, lo: float, hi: float, exact: bool = False) -> str | None:
+    """ "exact", "within input rounding" or None; `exact`: Fractions, compared without tolerance."""
+    if exact:
+        if lo <= iv.mid < hi or lo == hi == iv.mid:
+            return "exact"
+        if lo == hi:
+            return "within input rounding" if iv.lo <= lo <= iv.hi else None
+        return "within input rounding" if iv.lo < hi and lo < iv.hi else None
     if rounds_to(iv.mid, lo, hi):
         return "exact"
     if lo == hi:
         return "within input rounding" if iv.lo <= lo <= iv.hi else None
-    if iv.lo < hi and lo < iv.hi:
+    # ranges that only touch (in float noise: 0.065 + 0.01 = 0.07500000000000001) do not overlap
+    eps = 1e-9 * max(abs(lo), abs(hi), abs(iv.lo), abs(iv.hi))
+    if iv.lo < hi - eps and lo < iv.hi - eps:
         return "within input rounding"
     return None
 

@@ -53,6 +53,12 @@ KEY = {
         "rate-drop": ("consistent", None),
         "per-gpu-rate": ("invalid", "uses invalid figure 'gpus'"),
     },
+    "paper_f_rounding_edges.yaml": {
+        "per-shard-small": ("discrepancy", None),
+        "per-node-half": ("discrepancy", None),
+        "total-included": ("consistent", None),
+        "total-low": ("consistent", "only within the rounding of its inputs"),
+    },
     "paper_d_implied.yaml": {
         "growth-cold": ("unverifiable", "implies ttft_cold_short = 2"),
         "speedup-short": ("unverifiable", "rests on ttft_cold_short"),
@@ -97,6 +103,23 @@ def test_one_bad_unit_leaves_a_ledger_for_every_other_claim():
     assert led.invalid == ["gpus", "mean-ttft", "per-gpu-rate"]
     text = format_ledger(led)
     assert text.count("known:") == 0 and "requests*s (requests*s)" not in text  # no unit list, once or more
+
+
+def test_touching_rounding_ranges_are_decided_exactly():
+    from fractions import Fraction
+
+    from kvbench.audit.quantities import Interval, exact_range, match
+
+    floats = Interval.printed(0.02, 2).scale(3.0)
+    assert floats.hi > 0.075  # the float noise the exact decision removes
+    exact = Interval.printed_exact(0.02, 2).scale(Fraction(3))
+    assert exact.hi == Fraction(3, 40) == exact_range(0.08, 2)[0]
+    assert match(exact, *exact_range(0.08, 2), exact=True) is None
+    assert (
+        match(Interval.printed_exact(0.65, 2).scale(Fraction(3)), *exact_range(2.0, 1), exact=True) == "exact"
+    )
+    claims = _claims("paper_f_rounding_edges.yaml")
+    assert not claims["per-shard-small"].readings  # 0.07 s [0.065, 0.075) only touches "0.08" too
 
 
 def test_item1_claim_on_an_implied_figure_is_unverifiable_never_consistent():
