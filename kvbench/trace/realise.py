@@ -30,7 +30,7 @@ from itertools import tee
 
 import numpy as np
 
-from kvbench.trace.lru import expected_reusable_blocks
+from kvbench.trace.lru import BlockKeys, expected_reusable_blocks
 from kvbench.trace.rows import TraceRow
 
 Counter = Callable[[list[str]], Awaitable[list[int]]]
@@ -137,21 +137,55 @@ def realise(
     buffered): the trace's ideal, and with `engine_block` the engine's own exact share."""
     special = calibration.special_tokens
     block_tokens = blocks.block_tokens
-    mine, for_ideal, for_engine = tee(rows, 3)
+    mine, for_ideal = tee(rows, 2)
     ideal = expected_reusable_blocks(for_ideal)
-    engine = (
-        expected_reusable_blocks(
-            engine_rows(for_engine, block_tokens, engine_block), block_tokens=engine_block
-        )
-        if engine_block
-        else None
-    )
+    engine = EngineReuse(block_tokens, engine_block) if engine_block else None
     for index, (row, hit) in enumerate(zip(mine, ideal, strict=True)):
         text, tokens = prompt_text(row, blocks, special)
-        engine_tokens = next(engine) * engine_block if engine is not None and engine_block else None
+        engine_tokens = engine.access(row) if engine is not None else None
         yield Realised(
             index, row, text, tokens, hit, min(hit * block_tokens, row.input_length), engine_tokens
         )
+
+
+class EngineReuse:
+    """The unbounded prefix cache in an engine's blocks (a divisor of the trace's), one row at a time.
+
+    The same answer as kvbench.trace.lru.expected_reusable_blocks over `engine_rows` with
+    block_tokens=engine_block (a test holds the two equal), without restating every row in
+    m = block_tokens / engine_block times as many ids: a row stores all m engine blocks of each of
+    its trace blocks but the last, and the whole engine blocks of its last one, a prefix of that
+    id's text; so per chained trace block it is enough to keep the most engine blocks stored."""
+
+    def __init__(self, block_tokens: int, engine_block: int) -> None:
+        if block_tokens % engine_block:
+            raise ValueError(
+                f"block_tokens {block_tokens} is not a multiple of the engine's block {engine_block}"
+            )
+        self.block_tokens, self.engine_block = block_tokens, engine_block
+        self.m = block_tokens // engine_block
+        self._keys = BlockKeys()
+        self._stored: dict[int, int] = {}  # chained trace block -> engine blocks of it held (a prefix)
+
+    def access(self, row: TraceRow) -> int:
+        """The row's reusable tokens in whole engine blocks (one token always computed); then it is stored."""
+        keys = self._keys.of(row.hash_ids)
+        m, stored = self.m, self._stored
+        hit = 0
+        for key in keys:
+            held = stored.get(key, 0)
+            hit += held
+            if held < m:
+                break
+        limit = max(0, (row.input_length - 1) // self.engine_block)
+        whole = row.input_length // self.engine_block  # engine blocks the row stores
+        for j, key in enumerate(keys):
+            n = min(m, whole - j * m)
+            if n <= 0:
+                break
+            if stored.get(key, 0) < n:
+                stored[key] = n
+        return min(hit, limit) * self.engine_block
 
 
 def engine_rows(rows: Iterable[TraceRow], block_tokens: int, engine_block: int) -> Iterator[TraceRow]:

@@ -13,7 +13,7 @@ from kvbench.load.prompts import VOCAB
 from kvbench.mock.tokenizer import count_tokens
 from kvbench.run.replay_feed import PromptFeed
 from kvbench.trace.lru import expected_reusable_blocks
-from kvbench.trace.realise import BlockText, Calibration, calibrate, engine_rows, realise
+from kvbench.trace.realise import BlockText, Calibration, EngineReuse, calibrate, engine_rows, realise
 from kvbench.trace.rows import TraceRow
 
 SALT = "alpha beta gamma delta epsilon zeta"
@@ -130,3 +130,22 @@ async def test_the_feed_stays_within_its_window_and_fails_with_a_bad_row() -> No
         await feed.take(7)
     with pytest.raises(ValueError):
         await feed.aclose()
+
+
+def test_engine_reuse_equals_the_lru_rules_over_engine_rows() -> None:
+    # random chained rows, partial last blocks shared at every length: the fast per-trace-block
+    # count and kvbench.trace.lru over the restated rows must agree row by row
+    import random
+
+    rng = random.Random(5)
+    trace, prefixes = [], [()]
+    for i in range(300):
+        base = rng.choice(prefixes)[: rng.randrange(0, 6)]
+        ids = base + tuple(rng.randrange(0, 3) for _ in range(rng.randrange(1, 4)))
+        prefixes.append(ids)
+        length = (len(ids) - 1) * 64 + rng.randrange(1, 65)
+        trace.append(TraceRow(i + 1, float(i), length, 1, ids))
+    fast = EngineReuse(64, 16)
+    got = [fast.access(r) for r in trace]
+    want = [h * 16 for h in expected_reusable_blocks(engine_rows(trace, 64, 16), block_tokens=16)]
+    assert got == want and sum(got) > 0
