@@ -186,6 +186,16 @@ class Ledger:
         }
 
 
+def conclusion(findings: list[str], ok: str, asides: list[str] | None = None) -> dict[str, str]:
+    """`status`, `headline` and `verdict` of a sizing check from ONE list of findings, so the verdict
+    table, the details and the JSON cannot disagree; `asides` are said without being findings."""
+    status = "finding" if findings else "ok"
+    text = "; ".join(findings) if findings else ok
+    if asides:
+        text += " (" + "; ".join(asides) + ")"
+    return {"status": status, "headline": text, "verdict": text}
+
+
 def invalid_check(cid: str, kind: str, description: str, message: str) -> dict[str, Any]:
     """A sizing check or bound that could not be computed: the same keys the text and JSON read."""
     return {

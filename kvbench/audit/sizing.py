@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench.audit.figures import Figures, geometry_of
+from kvbench.audit.ledger import conclusion
 from kvbench.audit.quantities import Interval, fmt_num, match
 from kvbench.audit.schema import SizingCheck
 from kvbench.audit.units import Unit, parse_unit, sibling_units
@@ -142,11 +143,16 @@ def sizing_check(figs: Figures, check: SizingCheck) -> dict[str, Any]:
     in_own_unit = any(f.startswith(f"{stated_unit.text} ") for r in fit_rows for f in r["fits"])
     too_long = per_prompt is not None and ctx is not None and per_prompt > ctx
     findings: list[str] = []
+    asides: list[str] = []
     if too_long and per_prompt is not None and per_request is not None:
-        findings.append(
+        repeats = (
             f"{_big(t_iv.mid)} tokens / {fmt_num(t_iv.mid / per_prompt)} prompts = {fmt_num(per_prompt)} "
             f"tokens per prompt > the {ctx:,}-token context: the count must include repeats"
         )
+        # a contradiction only when the bytes fit the distinct reading alone; else it says how to read
+        # the count, which a paper counting every request's tokens (a clean one) does not contradict
+        only_distinct = bool(fit_rows) and not any("repeats counted" in r["tokens"] for r in fit_rows)
+        (findings if only_distinct else asides).append(repeats)
     if not fit_rows:
         findings.append(f"no reading of the tokens and the model gives {stated}")
     elif not in_own_unit:
@@ -161,9 +167,8 @@ def sizing_check(figs: Figures, check: SizingCheck) -> dict[str, Any]:
         "rows": rows,
         "units": [u.text for u in units],
         "readings_that_fit": fitting,
-        "verdict": "fits" if fitting else "does not fit",
-        "status": "finding" if findings else "ok",
-        "headline": "; ".join(findings) if findings else f"{stated} fits: " + "; ".join(fitting[:1]),
+        "fits": bool(fitting),
+        **conclusion(findings, f"{stated} fits: " + "; ".join(fitting[:1]), asides),
         "notes": notes,
         "tokens_per_request": per_request,
         "tokens_per_prompt_if_distinct": per_prompt,

@@ -59,6 +59,7 @@ KEY = {
         "total-included": ("consistent", None),
         "total-low": ("consistent", "only within the rounding of its inputs"),
     },
+    "paper_g_sizing_repeats.yaml": {"per-request": ("consistent", None)},
     "paper_d_implied.yaml": {
         "growth-cold": ("unverifiable", "implies ttft_cold_short = 2"),
         "speedup-short": ("unverifiable", "rests on ttft_cold_short"),
@@ -120,6 +121,32 @@ def test_touching_rounding_ranges_are_decided_exactly():
     )
     claims = _claims("paper_f_rounding_edges.yaml")
     assert not claims["per-shard-small"].readings  # 0.07 s [0.065, 0.075) only touches "0.08" too
+
+
+def test_sizing_counted_with_repeats_is_not_a_finding():
+    app = typer.Typer()
+    register(app)
+    path = str(PAPERS / "paper_g_sizing_repeats.yaml")
+    assert CliRunner().invoke(app, ["audit", path, "--strict"]).exit_code == 0
+    sz = audit(load_claims(path)).sizing[0]
+    assert sz["status"] == "ok" and sz["fits"] and "must include repeats" in sz["headline"]
+
+
+@pytest.mark.parametrize("name", [None, *sorted(p.name for p in PAPERS.glob("*.yaml"))])
+def test_sizing_and_bounds_say_one_thing_in_text_and_json(name):
+    from kvbench.audit.text import MARK
+
+    led = audit(load_claims(None if name is None else PAPERS / name))
+    text, data = format_ledger(led), json.loads(json.dumps(led.to_dict(), default=str))
+    rows = {(r["what"], r["id"]): r for r in data["verdicts"]}
+    for what, items in (("sizing", data["sizing"]), ("bound", data["bounds"])):
+        for x in items:
+            assert x["status"] in ("ok", "finding", "invalid")
+            assert rows[(what, x["id"])]["verdict"] == x["status"]
+            assert rows[(what, x["id"])]["conclusion"] == x["headline"]
+            assert f"{MARK[x['status']]} {what} {x['id']}" in text
+            if what == "sizing":
+                assert x["verdict"] == x["headline"]  # no 'fits' beside a finding
 
 
 def test_item1_claim_on_an_implied_figure_is_unverifiable_never_consistent():
