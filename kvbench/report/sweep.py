@@ -16,7 +16,7 @@ from kvbench.errors import UsageError
 
 SWEEP_JSON = "sweep.json"
 SUMMARY_MD = "summary.md"
-PLOTS = ("sweep_latency.png", "sweep_goodput.png", "sweep_attainment.png")
+PLOTS = ("sweep_latency.png", "sweep_goodput.png", "sweep_attainment.png", "sweep_cliff.png")
 
 
 def is_sweep_dir(path: Path) -> bool:
@@ -60,6 +60,8 @@ def summary_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
             goodput_hi=gp[1],
             run_dir=p.get("run_dir"),
         )
+        if "working_set_tokens" in m:
+            row.update({k: m.get(k) for k in ("working_set_tokens", "serving_tier", "predicted_tier")})
         rows.append(row)
     return rows
 
@@ -89,7 +91,8 @@ def sweep_markdown(state: dict[str, Any]) -> str:
         bounds = ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
         out.append(f"SLO: {bounds}; target attainment {plan['attainment']:g} (95% Wilson intervals).")
     out.append("")
-    cols = ["point", *fields, *SHOWN, *(SLO_SHOWN if slo else ())]
+    cliff = ("working_set_tokens", "serving_tier", "predicted_tier") if state.get("cliff") else ()
+    cols = ["point", *fields, *SHOWN, *cliff, *(SLO_SHOWN if slo else ())]
     out.append("| " + " | ".join(cols) + " |")
     out.append("|" + "---|" * len(cols))
     for row in summary_rows(state):
@@ -112,8 +115,28 @@ def sweep_markdown(state: dict[str, Any]) -> str:
                 f"over {best['runs']} run(s), goodput {_cell(best['goodput_rps'])} req/s"
                 + (" [{:.3g}, {:.3g}]".format(*best["goodput_ci"]) if best.get("goodput_ci") else "")
             )
+    out.extend(cliff_markdown(state.get("cliff")))
     out.append("")
     return "\n".join(out)
+
+
+def cliff_markdown(cliff: dict[str, Any] | None) -> list[str]:
+    """A working-set sweep's predicted vs observed tier boundaries."""
+    if not cliff:
+        return []
+    out = ["", "## Tier cliffs: predicted vs observed", "", f"Prediction: {cliff['source']}.", ""]
+    if not cliff["table"]:
+        return out
+    out.append(
+        "| boundary | predicted (tokens) | last served at or above | first served below | within one step |"
+    )
+    out.append("|---|---|---|---|---|")
+    for r in cliff["table"]:
+        out.append(
+            f"| {r['tier']} -> {r['next_tier']} | {r['tokens']:,} | {_cell(r['observed_last_inside'])} "
+            f"| {_cell(r['observed_first_beyond'])} | {'yes' if r['within_one_step'] else 'no'} |"
+        )
+    return out
 
 
 def write_sweep_report(path: Path, quiet: bool = False) -> Path:

@@ -16,7 +16,8 @@ from kvbench.errors import KvbenchError, UsageError
 from kvbench.run.names import check_names
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import Scenario, load_scenario
-from kvbench.sweep.grid import LOAD_FIELDS, check_slo_produced, grid, point_name
+from kvbench.sweep.cliff import WORKING_SET, cliff_figures, cliff_summary, expand, prompt_length
+from kvbench.sweep.grid import LOAD_FIELDS, Axis, check_slo_produced, grid, point_name
 from kvbench.sweep.points import point_figures
 from kvbench.sweep.saturation import LoadPoint, saturation
 from kvbench.sweep.search import Sample, search_capacity
@@ -52,8 +53,11 @@ class Sweep:
     def scenario_for(self, assignment: dict[str, str]) -> Scenario:
         """The point's scenario: the common --set overrides, then the point's own fields."""
         overrides: dict[str, Any] = {k: Raw(v) for k, v in self.plan.sets.items()}
-        overrides.update({k: Raw(v) for k, v in assignment.items()})
         try:
+            if WORKING_SET in assignment:
+                base, _ = load_scenario(self.plan.scenario, dict(overrides))
+                assignment = expand(assignment, prompt_length(base))
+            overrides.update({k: Raw(v) for k, v in assignment.items()})
             scn, _ = load_scenario(self.plan.scenario, overrides)
             check_names(scn)
             check_slo_produced(self.plan.slo, scn)
@@ -121,6 +125,8 @@ class Sweep:
         assert outcome.run_dir is not None
         point.exit_code = outcome.exit_code
         point.metrics = point_figures(outcome.run_dir, self.plan.slo, self.plan.label)
+        if WORKING_SET in assignment:
+            point.metrics.update(cliff_figures(outcome.run_dir, assignment, scn, point.metrics))
         point.status = "complete"
         self.save()
         self.done += 1
@@ -132,6 +138,8 @@ class Sweep:
             await self.run_search()
         else:
             await self.run_grid()
+        if any(f == WORKING_SET for f, _ in self.plan.over):
+            self.state.cliff = cliff_summary(self.state, self.scenario_for(grid_of(self.plan)[0]))
         self.state.status = "complete"
         self.save()
         return self.state
@@ -143,9 +151,11 @@ class Sweep:
         seen: list[LoadPoint] = []
         for i, assignment in enumerate(points):
             point = await self.run_point(i, assignment)
+            if not watch:
+                continue
             m = point.metrics or {}
             seen.append(LoadPoint(float(assignment[axis]), m.get("throughput_rps"), m.get("e2e_p50_ms")))
-            reason = saturation(seen) if watch else None
+            reason = saturation(seen)
             if reason and i + 1 < len(points):
                 self.state.notes.append(f"{reason}: stopped, {len(points) - i - 1} points not run")
                 self.say(self.state.notes[-1])
@@ -194,8 +204,6 @@ class Sweep:
 
 
 def grid_of(plan: SweepPlan) -> list[dict[str, str]]:
-    from kvbench.sweep.grid import Axis
-
     return grid([Axis(f, tuple(v)) for f, v in plan.over])
 
 

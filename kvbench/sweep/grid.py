@@ -49,6 +49,8 @@ def known_field(key: str) -> str:
     """The scenario field a key names (old layouts translated), or one line saying there is none."""
     from kvbench.scenario import Scenario
 
+    if key == "working_set":  # the tier-cliff map's pseudo-field (kvbench.sweep.cliff)
+        return key
     dotted = translate_key(key)
     if field_at(Scenario, dotted) is None:
         raise UsageError(f"--over {key}: no such scenario field (see `kvbench validate SCENARIO`)")

@@ -120,6 +120,53 @@ def draw_attainment(ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: s
     ax.legend(fontsize=8)
 
 
+TIER_COLOURS = {
+    "G1": "tab:green",
+    "G2": "tab:blue",
+    "G3": "tab:orange",
+    "G4": "tab:purple",
+    "recompute": "tab:red",
+}
+
+
+def draw_cliff(ax: Any, rows: list[dict[str, Any]], cliff: dict[str, Any]) -> None:
+    """Warm TTFT against working set, each point coloured by the tier that served it, and the
+    predicted boundaries as dashed lines."""
+    pts = sorted((r for r in rows if r.get("working_set_tokens")), key=lambda r: r["working_set_tokens"])
+    ax.plot(
+        [r["working_set_tokens"] for r in pts], [r["ttft_p50_ms"] for r in pts], "-", color="grey", alpha=0.5
+    )
+    for tier, colour in TIER_COLOURS.items():
+        mine = [r for r in pts if r.get("serving_tier") == tier]
+        if mine:
+            xs, ys = [r["working_set_tokens"] for r in mine], [r["ttft_p50_ms"] for r in mine]
+            ax.plot(
+                xs,
+                ys,
+                "o",
+                color=colour,
+                markersize=8,
+                label="recomputed" if tier == "recompute" else f"served by {tier}",
+            )
+    for b in cliff.get("boundaries") or []:
+        ax.axvline(b["tokens"], color=TIER_COLOURS.get(b["tier"], "k"), linestyle="--", alpha=0.7)
+        ax.annotate(
+            f"{b['tier']} full\n{b['tokens']:,}",
+            (b["tokens"], 1),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            ha="right",
+            va="top",
+            xytext=(-2, -2),
+            textcoords="offset points",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("working set (tokens the warm prompt must survive)")
+    ax.set_ylabel("warm TTFT (ms)")
+    ax.set_title("Tier-cliff map: observed serving tier, predicted boundaries (dashed)")
+    ax.legend(fontsize=8, loc="center left")
+
+
 def write_plots(sweep_dir: Path, state: SweepState) -> list[Path]:
     """The PNGs beside sweep.json (none when no point has figures or the field is not numeric)."""
     import matplotlib
@@ -129,17 +176,18 @@ def write_plots(sweep_dir: Path, state: SweepState) -> list[Path]:
 
     plan = state.plan
     fields = [f for f, _ in plan.over] or ([plan.search.field] if plan.search else [])
-    groups = series(
-        summary_rows(state.model_dump(mode="json")), fields[0], fields[1] if len(fields) > 1 else None
-    )
-    if not groups:
-        return []
-    jobs: list[tuple[str, Any]] = [("sweep_latency.png", lambda ax: draw_latency(ax, groups, fields[0]))]
-    jobs.append(("sweep_goodput.png", lambda ax: draw_goodput(ax, groups, fields[0], plan.slo)))
-    if plan.slo:
+    rows = summary_rows(state.model_dump(mode="json"))
+    groups = series(rows, fields[0], fields[1] if len(fields) > 1 else None)
+    jobs: list[tuple[str, Any]] = []
+    if groups:
+        jobs.append(("sweep_latency.png", lambda ax: draw_latency(ax, groups, fields[0])))
+        jobs.append(("sweep_goodput.png", lambda ax: draw_goodput(ax, groups, fields[0], plan.slo)))
+    if groups and plan.slo:
         jobs.append(
             ("sweep_attainment.png", lambda ax: draw_attainment(ax, groups, fields[0], plan.attainment))
         )
+    if state.cliff:
+        jobs.append(("sweep_cliff.png", lambda ax: draw_cliff(ax, rows, state.cliff or {})))
     written = []
     for name, draw in jobs:
         fig, ax = plt.subplots(figsize=(7, 4.5))

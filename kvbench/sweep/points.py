@@ -13,10 +13,16 @@ from kvbench.sweep.goodput import point_metrics
 NOT_MEASURED = frozenset({"probe", "fill", "filler"})
 
 
+# what a test measures when its rows carry several labels (ttft: cold once, warm once)
+PREFERRED = ("cached", "evicted-warm", "warm", "quiet")
+
+
 def measured_label(rows: list[dict[str, Any]]) -> str | None:
-    """The label with most measured rows (cached for throughput, the quiet phases, ...)."""
+    """The label a sweep point is judged on: the first of PREFERRED present, else the one with
+    most measured rows."""
     counts = Counter(r.get("label") for r in rows if r.get("label") not in NOT_MEASURED)
-    return counts.most_common(1)[0][0] if counts else None
+    found = next((label for label in PREFERRED if counts.get(label)), None)
+    return found or (counts.most_common(1)[0][0] if counts else None)
 
 
 def hit_ratio(rows: list[dict[str, Any]]) -> float | None:

@@ -74,6 +74,9 @@ class SweepState(Strict):
     points: list[PointState] = Field(default_factory=list, description="Every point, in run order.")
     notes: list[str] = Field(default_factory=list, description="Saturation and other sweep-wide findings.")
     search: dict[str, Any] | None = Field(None, description="search.SearchResult of a goodput search.")
+    cliff: dict[str, Any] | None = Field(
+        None, description="Working-set sweep: predicted tier boundaries and predicted vs observed."
+    )
 
     def point(self, name: str) -> PointState | None:
         return next((p for p in self.points if p.name == name), None)
