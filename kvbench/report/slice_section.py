@@ -7,7 +7,9 @@ the manifest's phases and engine, the saved scenario's telemetry section (interv
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,8 +67,8 @@ def run_slices(
     truth = read_jsonl(run_dir / "mock_ground_truth.jsonl")
     slices = build_slices(
         df,
-        read_jsonl(run_dir / "metrics.jsonl"),
-        read_jsonl(run_dir / "telemetry.jsonl"),
+        stream_jsonl(run_dir / "metrics.jsonl"),
+        stream_jsonl(run_dir / "telemetry.jsonl"),
         truth,
         phases,
         get_adapter(run.manifest.target.engine or "generic"),
@@ -75,6 +77,21 @@ def run_slices(
         sizes=_sizes(run, geometry),
     )
     return slices, onboard_vs_ttft(df, truth)
+
+
+def stream_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Rows of a JSONL file one at a time (an hour sampled every 0.1 s is millions of rows); a torn
+    line (a killed writer's last) is skipped."""
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                yield row
 
 
 def _cell(x: Any) -> str:

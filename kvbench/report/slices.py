@@ -63,23 +63,36 @@ def auto_slice(span_s: float, interval_s: float | None = None) -> float:
 # --------------------------------------------------------------------------- series from rows
 
 
-def series(rows: Iterable[Mapping[str, Any]]) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
-    """Samples by name and labels, each (t_ns, value) sorted by time; error rows are left out."""
-    import numpy as np
+class SeriesAcc:
+    """Samples gathered by name and labels as rows stream past (floats only: a row is not kept)."""
 
-    acc: dict[Key, tuple[list[float], list[float]]] = {}
-    for r in rows:
+    def __init__(self) -> None:
+        self.acc: dict[Key, tuple[list[float], list[float]]] = {}
+
+    def add(self, r: Mapping[str, Any]) -> None:
         if r.get("error") is not None or r.get("name") is None or r.get("value") is None:
-            continue
+            return
         key = (str(r["name"]), tuple(sorted((str(k), str(v)) for k, v in (r.get("labels") or {}).items())))
-        ts, vs = acc.setdefault(key, ([], []))
+        ts, vs = self.acc.setdefault(key, ([], []))
         ts.append(float(r["t_ns"]))
         vs.append(float(r["value"]))
-    out = {}
-    for key, (ts, vs) in acc.items():
-        order = np.argsort(ts, kind="stable")
-        out[key] = (np.asarray(ts)[order], np.asarray(vs)[order])
-    return out
+
+    def done(self) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
+        import numpy as np
+
+        out = {}
+        for key, (ts, vs) in self.acc.items():
+            order = np.argsort(ts, kind="stable")
+            out[key] = (np.asarray(ts)[order], np.asarray(vs)[order])
+        return out
+
+
+def series(rows: Iterable[Mapping[str, Any]]) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
+    """Samples by name and labels, each (t_ns, value) sorted by time; error rows are left out."""
+    acc = SeriesAcc()
+    for r in rows:
+        acc.add(r)
+    return acc.done()
 
 
 def _matches(labels: tuple[tuple[str, str], ...], match: tuple[tuple[str, str], ...]) -> bool:
@@ -349,19 +362,27 @@ def build_slices(
         cols["kv_used_gb" if kv[1].unit == "bytes" else "kv_usage"] = kv[0] / (
             GB if kv[1].unit == "bytes" else 1
         )
-    cols.update(telemetry_columns(list(telemetry), edges))
+    cols.update(telemetry_columns(telemetry, edges))
     return pd.DataFrame(cols)
 
 
-def telemetry_columns(rows: Sequence[Mapping[str, Any]], edges: np.ndarray) -> dict[str, np.ndarray]:
-    """This host's and the node exporters' network and disk GB/s, DCGM's GPU, failed scrapes per slice."""
+def telemetry_columns(rows: Iterable[Mapping[str, Any]], edges: np.ndarray) -> dict[str, np.ndarray]:
+    """This host's and the node exporters' network and disk GB/s, DCGM's GPU, failed scrapes per slice.
+
+    One pass over `rows` (a file read line by line stays a stream)."""
     import numpy as np
 
+    by_kind = {"host": SeriesAcc(), "node": SeriesAcc(), "dcgm": SeriesAcc()}
+    failed: list[float] = []
+    for r in rows:
+        if r.get("error") is not None:
+            failed.append(float(r["t_ns"]))
+        elif (kind := r.get("kind")) in by_kind:
+            by_kind[str(kind)].add(r)
     out: dict[str, np.ndarray] = {}
     for kind in ("host", "node"):
-        out.update(host_columns(series(r for r in rows if r.get("kind") == kind), kind, edges))
-    out.update(gpu_columns(series(r for r in rows if r.get("kind") == "dcgm"), edges))
-    failed = [float(r["t_ns"]) for r in rows if r.get("error") is not None]
+        out.update(host_columns(by_kind[kind].done(), kind, edges))
+    out.update(gpu_columns(by_kind["dcgm"].done(), edges))
     if failed:
         out["scrape_errors"] = np.histogram(failed, bins=edges)[0]
     return out
