@@ -134,8 +134,10 @@ NOISY_SIZED = {
     "prompts.lengths": [30000],
     "load.requests": 8,
     "load.concurrency": 4,
-    "target.mock_overrides": {"time_scale": 0.06, "fabric.noise_scale": 1e5, "fabric.floor_fraction": 0.01},
-    "noise": {"kind": "tcp", "senders": 1, "rate_bytes_per_s": 2e7},
+    # the published noise (200 GB/s from 4 flows) leaves cache reads their bandwidth, so the cost
+    # here is the latency-under-load knob, turned on to show a modelled effect
+    "target.mock_overrides": {"time_scale": 0.06, "fabric.contention.loaded_latency_s": 2.0},
+    "noise": {"kind": "tcp", "senders": 4, "rate_bytes_per_s": 2e11},
     "test.noisy.enabled": True,
     "test.noisy.pairs": 1,
     "test.noisy.settle_s": 0.6,
@@ -160,9 +162,14 @@ async def test_noisy_run_slows_g4_onboarding(tmp_path):
         assert len(hits) == 8, phase
         return hits
 
-    # what the fabric left G4 reads, as the mock applied it: all of it quiet, its floor noisy
+    # what the fabric left G4 reads, as the mock applied it: all of it quiet; noisy, the offered
+    # noise is declared and what the link carried never exceeds its capacity
     assert all(t["g4_link_bytes_per_s"] == 8e10 and t["fabric_noise_bytes_per_s"] == 0 for t in of("quiet-1"))
-    assert all(t["g4_link_bytes_per_s"] <= 8e8 * 1.01 for t in of("noisy-1"))
+    assert all(
+        t["noise_offered_bytes_per_s"] == 2e11
+        and t["fabric_noise_bytes_per_s"] <= t["fabric_capacity_bytes_per_s"]
+        for t in of("noisy-1")
+    )
 
     def onboard_per_token(phase):
         return sum(t["onboard_ms"] / t["tokens_from_tier"]["G4"] for t in of(phase)) / 8
