@@ -49,7 +49,7 @@ class MockMetrics:
         )
         self.noise_bytes = Counter(
             "kvbench_mock_fabric_noise_bytes",
-            "Modelled noise bytes on the fabric (each flow at its declared offered rate, as the topology shares it).",
+            "Modelled noise bytes on the fabric (each flow at its offered rate, as the topology shares it).",
             m,
             registry=r,
         )
