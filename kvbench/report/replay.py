@@ -31,8 +31,13 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
 
-BUCKETS = ((0.0, 0.0, "0%"), (0.0, 0.25, "(0, 25%]"), (0.25, 0.5, "(25, 50%]"), (0.5, 0.75, "(50, 75%]"))
-BUCKETS += ((0.75, 1.0, "(75, 100%]"),)
+BUCKETS: tuple[tuple[float, float, str], ...] = (
+    (0.0, 0.0, "0%"),
+    (0.0, 0.25, "(0, 25%]"),
+    (0.25, 0.5, "(25, 50%]"),
+    (0.5, 0.75, "(50, 75%]"),
+    (0.75, 1.0, "(75, 100%]"),
+)
 
 
 def replay_frame(run_dir: Path) -> pd.DataFrame:
@@ -122,7 +127,9 @@ def ttft_rows(df: pd.DataFrame) -> list[list[str]]:
 
 
 def lateness_rows(df: pd.DataFrame, summary: dict[str, Any]) -> list[list[str]]:
-    late = df["dispatch_delay_ms"].dropna() if "dispatch_delay_ms" in df else []
+    if "dispatch_delay_ms" not in df:
+        return []
+    late = df["dispatch_delay_ms"].dropna()
     if not len(late):
         return []
     q = late.quantile([0.5, 0.99]).tolist()

@@ -18,21 +18,26 @@ scheduled offset; the run writes replay.json with the trace, the calibration and
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from kvbench.client import RequestRecord
+from kvbench.load.backends import RemoteLoadBackend, load_backend
 from kvbench.load.prompts import VOCAB, Prompt
+from kvbench.load.schedule import WorkItem
 from kvbench.results import write_json_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY, ReplayRow
 from kvbench.results.schema import Label
 from kvbench.run.context import Run, phase_entry
-from kvbench.run.replay_feed import PromptFeed, schedule_items, selected_rows
+from kvbench.run.replay_feed import PromptFeed, Schedule, schedule_items, selected_rows
 from kvbench.scenario.testtypes import ReplaySection
 from kvbench.trace import TraceFile, open_trace
 from kvbench.trace.realise import BlockText, Calibration, Realised, calibrate, prompt_text, realise
 
 PHASE = "replay"
+Done = Callable[[RequestRecord, Realised, float, int], None]  # a request's row is in: its replay row
 SAMPLE_CHECKED = 8  # realised prompts counted by the server's /tokenize before the phase
 
 
@@ -97,44 +102,21 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
     blocks = BlockText(cal.words, trace.block_tokens, test.seed, salt)
     sample = await check_sample(run, trace, test, blocks, cal)
     eblock = engine_block(run, test, trace.block_tokens)
-    t0 = time.perf_counter()
-    feed = PromptFeed(realise(selected_rows(trace, test), blocks, cal, eblock), test.realise_ahead)
-    await feed.start()
-    prime_s = time.perf_counter() - t0
-    label = Label.CACHED  # reuse inside the run is the point; the salt keeps what came before out
+    if test.workers:  # Ray load workers for this test's own schedule; finish() records where they ran
+        run.load_backend = load_backend("ray", workers=test.workers)
+    realised = realise(selected_rows(trace, test), blocks, cal, eblock)
     late = Lateness(test.late_warn_ms, run)
     with run.rd.writer(REPLAY_ROWS) as out:
 
-        async def issue(item: Any, scheduled_ns: int) -> None:
-            r = await feed.take(item.index)
-            max_tokens = (
-                max(1, r.row.output_length) if test.output_tokens == "trace" else scn.output.max_tokens
-            )
-            rec = await run.issue(
-                phase=PHASE,
-                label=label,
-                rep=0,
-                prompt=Prompt(r.index, r.row.input_length, "", r.tokens, cal.source),
-                text=r.text,
-                scheduled_ns=scheduled_ns,
-                max_tokens=max_tokens,
-            )
-            out.write(replay_row(rec.request_id, r, item.scheduled_offset_s, max_tokens).model_dump())
+        def done(rec: RequestRecord, r: Realised, offset_s: float, max_tokens: int) -> None:
+            out.write(replay_row(rec.request_id, r, offset_s, max_tokens).model_dump())
             late.saw(rec.sent_ns, rec.scheduled_ns)
 
-        run.progress.start_phase(PHASE, len(sched.items))
-        before = await run.phase_boundary(PHASE)
-        started = run.client.now()
-        run.progress.sending()
         try:
-            async with run.scraper.during(PHASE, scn.telemetry.interval_s):
-                await run.load_backend.run(sched.load, sched.items, issue)
+            prime_s = await send_phase(run, test, sched, realised, done, cal.source)
         finally:
-            run.progress.end_phase()
-            await feed.aclose()
-        ended = run.client.now()
-    run.end_metrics(PHASE, before, await run.scraper.scrape(PHASE))
-    run.add_phase(phase_entry(run, PHASE, label, 0, started, ended=ended))
+            if test.workers:
+                await run.load_backend.aclose()  # type: ignore[attr-defined]
     summary = {
         "trace": {"path": str(trace.path), "format": trace.format, "block_tokens": trace.block_tokens},
         "selection": src.model_dump(exclude={"path"}),
@@ -149,12 +131,86 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
             "dropped_words": list(cal.dropped_words),
         },
         "token_exact_sample": sample,
+        "load_backend": run.load_backend.name,
         "realise_ahead": test.realise_ahead,
         "prime_s": round(prime_s, 3),
         "lateness": late.summary(),
     }
     write_json_atomic(run.rd.path / REPLAY_SUMMARY, summary)
     run.summary_lines = replay_lines(run, summary)
+
+
+async def send_phase(
+    run: Run, test: ReplaySection, sched: Schedule, realised: Iterator[Realised], done: Done, source: str
+) -> float:
+    """The one phase: locally through the bounded feed, or prepared for a remote backend; returns
+    the seconds spent priming the feed (before the phase's clock)."""
+    scn = run.scn
+    label = Label.CACHED  # reuse inside the run is the point; the salt keeps what came before out
+
+    def max_tokens(r: Realised) -> int:
+        return max(1, r.row.output_length) if test.output_tokens == "trace" else scn.output.max_tokens
+
+    backend = run.load_backend
+    feed: PromptFeed | None = None
+    t0 = time.perf_counter()
+    work: Any
+    if isinstance(backend, RemoteLoadBackend):
+        from kvbench.run.replay_remote import ReplayRemotePhase
+
+        work = ReplayRemotePhase(
+            run,
+            name=PHASE,
+            label=label,
+            realised=realised,
+            max_tokens=max_tokens,
+            done=done,
+            count_source=source,
+        )
+        await backend.ready(work, run.origin_ns)
+    else:
+        feed = PromptFeed(realised, test.realise_ahead)
+        await feed.start()
+
+        async def issue(item: WorkItem, scheduled_ns: int) -> None:
+            assert feed is not None
+            r = await feed.take(item.index)
+            rec = await run.issue(
+                phase=PHASE,
+                label=label,
+                rep=0,
+                prompt=Prompt(r.index, r.row.input_length, "", r.tokens, source),
+                text=r.text,
+                scheduled_ns=scheduled_ns,
+                max_tokens=max_tokens(r),
+            )
+            done(rec, r, item.scheduled_offset_s, max_tokens(r))
+
+        work = issue
+
+    prime_s = time.perf_counter() - t0
+    run.progress.start_phase(PHASE, len(sched.items))
+    before = await run.phase_boundary(PHASE)
+    started = run.client.now()
+    run.progress.sending()
+    try:
+        async with run.scraper.during(PHASE, scn.telemetry.interval_s):
+            await backend.run(sched.load, sched.items, work)
+    finally:
+        run.progress.end_phase()
+        if feed is not None:
+            await feed.aclose()
+    ended = run.client.now()
+    run.end_metrics(PHASE, before, await run.scraper.scrape(PHASE))
+    remote = backend.phases if isinstance(backend, RemoteLoadBackend) else None
+    if remote:  # the span the workers sent in, as the throughput test counts it
+        started = remote[-1].get("started_ns") or started
+        ended = remote[-1].get("ended_ns") or ended
+    entry = phase_entry(
+        run, PHASE, label, 0, started, ended=ended, load_backend=remote[-1] if remote else None
+    )
+    run.add_phase(entry)
+    return prime_s
 
 
 def replay_row(request_id: str, r: Realised, offset_s: float, max_tokens: int) -> ReplayRow:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from kvbench.scenario.cluster import ClusterSection
 from kvbench.scenario.load import ConcurrentLoad, RateLoad, SequentialLoad
 from kvbench.scenario.sections import Cache, Output, Prompts, Target
 
@@ -31,3 +32,6 @@ class ScenarioView(Protocol):
 
     @property
     def cache(self) -> Cache: ...
+
+    @property
+    def cluster(self) -> ClusterSection: ...
