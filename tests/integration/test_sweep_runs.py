@@ -91,3 +91,42 @@ def test_concurrency_sweep_on_the_mock(kvbench, tmp_path):
     code, _, err = kvbench(*ARGS, "--out", str(out))
     assert code == 0, err
     assert all(len(list((out / "points" / p["name"]).iterdir())) == 1 for p in points)
+
+
+# laptop's four tiers shrunk 8x (2k, 4k, 8k, 16k tokens of llama-3.1-8b KV) so a 512-token
+# prompt's working sets cross every one of them with a few dozen small fillers
+SMALL_TIERS = (
+    "target.mock_overrides={time_scale: 0.01, tiers.G1.capacity_bytes: 268435456, "
+    "tiers.G2.capacity_bytes: 536870912, tiers.G3.capacity_bytes: 1073741824, "
+    "tiers.G4.capacity_bytes: 2147483648}"
+)
+
+
+def test_cliff_map_finds_each_tier_where_its_capacity_says(kvbench, tmp_path):
+    out = tmp_path / "cliff"
+    args = [
+        "sweep",
+        "ttft",
+        "--mock-profile",
+        "laptop",
+        "--set",
+        SMALL_TIERS,
+        "--set",
+        "prompts.lengths=[512]",
+    ]
+    args += ["--over", "working_set=1536,3072,6144,12288,20480", "--quiet", "--out", str(out)]
+    code, _, err = kvbench(*args)
+    assert code == 0, err
+    state = json.loads((out / "sweep.json").read_text())
+    cliff = state["cliff"]
+    assert [(b["tier"], b["tokens"]) for b in cliff["boundaries"]] == [
+        ("G1", 2048), ("G2", 4096), ("G3", 8192), ("G4", 16384),
+    ]  # fmt: skip
+    served = [p["metrics"]["serving_tier"] for p in state["points"]]
+    assert served == ["G1", "G2", "G3", "G4", "recompute"]  # the mock's ground truth, point by point
+    assert served == [p["metrics"]["predicted_tier"] for p in state["points"]]
+    assert all(row["within_one_step"] for row in cliff["table"])
+    assert {p["metrics"]["label"] for p in state["points"]} == {"evicted-warm"}  # the warm after fillers
+    assert state["points"][-1]["metrics"]["hit_ratio"] == 0.0  # beyond the last tier: recomputed
+    assert (out / "sweep_cliff.png").stat().st_size > 10_000
+    assert "| G3 -> G4 | 8,192 |" in (out / "summary.md").read_text()
