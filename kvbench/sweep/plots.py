@@ -70,21 +70,23 @@ def draw_latency(ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: str)
 def draw_goodput(
     ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: str, slo: dict[str, float]
 ) -> None:
-    for name, rows in groups.items():
+    for i, (name, rows) in enumerate(groups.items()):
         xs = [_num(r[x_field]) for r in rows]
         ax.plot(
             xs,
             [r["throughput_rps"] for r in rows],
             _style(rows, x_field, "o:"),
-            color="grey",
+            color=f"C{i}",
+            alpha=0.45,
             label=f"throughput {name}".strip(),
         )
         if slo:
             gp = [r["goodput_rps"] for r in rows]
             err = _bars(gp, [r["goodput_lo"] for r in rows], [r["goodput_hi"] for r in rows])
             ax.errorbar(
-                xs, gp, yerr=err, fmt=_style(rows, x_field, "o-"), capsize=3, label=f"goodput {name}".strip()
-            )
+                xs, gp, yerr=err, fmt=_style(rows, x_field, "o-"), color=f"C{i}", capsize=3,
+                label=f"goodput {name}".strip(),
+            )  # fmt: skip
     ax.set_xlabel(x_field)
     ax.set_ylabel("requests/s")
     ax.set_ylim(bottom=0)
