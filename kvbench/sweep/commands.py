@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from kvbench.sweep.state import SweepPlan
 
 SWEEP_HELP = """Run a scenario at each value of one or two fields, or search a load range for goodput.
 
@@ -110,19 +113,20 @@ def sweep_cmd(
 
 
 def make_plan(
-    scenario,
-    over,
-    sets,
-    mock_profile,
-    base_url,
-    slo,
-    attainment,
-    search,
-    step,
-    max_repeats,
-    label,
-    stop_at_saturation,
-):  # type: ignore[no-untyped-def]
+    scenario: str,
+    over: list[str],
+    sets: list[str],
+    mock_profile: str | None,
+    base_url: str | None,
+    slo: list[str],
+    attainment: float,
+    search: str | None,
+    step: float,
+    max_repeats: int,
+    label: str | None,
+    stop_at_saturation: bool,
+) -> SweepPlan:
+    """The sweep's plan from its flags; every flag checked (one line, exit 2) before any point."""
     from kvbench.configfile import parse_set
     from kvbench.errors import UsageError
     from kvbench.sweep.grid import parse_over, parse_range, parse_slo

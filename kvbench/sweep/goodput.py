@@ -13,7 +13,7 @@ taken as given, as in a closed loop).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,7 +96,7 @@ class PointMetrics:
 
 
 def point_metrics(
-    rows: list[Mapping[str, Any]], duration_s: float | None, slo: Mapping[str, float | None]
+    rows: Sequence[Mapping[str, Any]], duration_s: float | None, slo: Mapping[str, float | None]
 ) -> PointMetrics:
     """The figures of one point from its measured rows and the seconds its measured phases took."""
     bounds = per_request_bounds(slo)

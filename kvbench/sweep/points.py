@@ -46,7 +46,7 @@ def point_figures(run_dir: Path, slo: dict[str, float], label: str | None) -> di
     phases = {r.get("phase") for r in rows}
     durations = [p.duration_s for p in manifest.phases if p.name in phases and p.duration_s]
     figures = point_metrics(rows, sum(durations) if durations else None, slo).to_dict()
-    lengths = [r.get("prompt_tokens_requested") for r in rows if r.get("prompt_tokens_requested")]
+    lengths = [int(r["prompt_tokens_requested"]) for r in rows if r.get("prompt_tokens_requested")]
     figures.update(
         label=chosen,
         hit_ratio=hit_ratio(rows),
