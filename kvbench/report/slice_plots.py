@@ -1,6 +1,7 @@
 """Pictures of a run over time (kvbench.report.slices' table): one panel per quantity, phases marked.
 
-`over_time.png`: requests/s, TTFT p50/p99, hit ratio, KV GB/s per tier, queue and KV usage, the host's
+`over_time.png` (and `over_time_phases.png`, a zoom on the measured phases when a fill takes most of
+the run): requests/s, TTFT p50/p99, hit ratio, KV GB/s per tier, queue and KV usage, the host's
 network and disk, the GPU: each panel only when the run has its numbers; every phase is a shaded
 span named on top, a noisy one hatched red. `onboard_vs_ttft.png`: per request, the KV bytes it read
 (the mock's ground truth) against its TTFT, noisy requests apart.
@@ -21,25 +22,30 @@ if TYPE_CHECKING:
 TIER_COLORS = {"G1": "#4c72b0", "G2": "#55a868", "G3": "#dd8452", "G4": "#c44e52"}
 
 
-def _mark_phases(ax: Axes, sl: pd.DataFrame, label: bool) -> None:
-    """Shade each run of slices of one phase; hatch the noisy ones; name them on the top panel."""
+def phase_runs(sl: pd.DataFrame) -> list[tuple[str, bool, float, float]]:
+    """(phase, noisy, start s, end s) of each run of consecutive slices of one phase."""
     width = float(sl["slice_s"].iloc[0])
     runs: list[tuple[str, bool, float, float]] = []
     for phase, noisy, t in zip(sl["phase"], sl["noisy"], sl["t_s"], strict=False):
         if runs and runs[-1][0] == phase and runs[-1][1] == noisy:
-            runs[-1] = (phase, noisy, runs[-1][2], t + width)
+            runs[-1] = (phase, bool(noisy), runs[-1][2], t + width)
         else:
             runs.append((phase, bool(noisy), t, t + width))
-    for i, (phase, noisy, a, b) in enumerate(runs):
-        if not phase:
+    return [r for r in runs if r[0]]
+
+
+def _mark_phases(ax: Axes, sl: pd.DataFrame, label: bool, xlim: tuple[float, float]) -> None:
+    """Shade each phase; hatch the noisy ones; name on the top panel those wide enough to read."""
+    for i, (phase, noisy, a, b) in enumerate(phase_runs(sl)):
+        if b < xlim[0] or a > xlim[1]:
             continue
         if noisy:
-            ax.axvspan(a, b, facecolor="#c44e52", alpha=0.12, hatch="//", edgecolor="#c44e52", linewidth=0)
+            ax.axvspan(a, b, facecolor="#c44e52", alpha=0.18, hatch="//", edgecolor="#c44e52", linewidth=0)
         else:
-            ax.axvspan(a, b, facecolor="0.5", alpha=0.06 if i % 2 else 0.12, linewidth=0)
-        if label:
+            ax.axvspan(a, b, facecolor="0.5", alpha=0.06 if i % 2 else 0.14, linewidth=0)
+        if label and (b - a) >= 0.06 * (xlim[1] - xlim[0]):
             ax.text(
-                (a + b) / 2,
+                (max(a, xlim[0]) + min(b, xlim[1])) / 2,
                 1.01,
                 phase + (" (noise)" if noisy else ""),
                 transform=ax.get_xaxis_transform(),
@@ -152,30 +158,68 @@ def panels(sl: pd.DataFrame) -> list[Callable[[Axes, pd.DataFrame], None]]:
     return out
 
 
-def save_slice_plots(run_dir: Path, sl: pd.DataFrame, scatter: pd.DataFrame) -> list[Path]:
-    """Write over_time.png (and onboard_vs_ttft.png when requests read KV); return their paths."""
+def _figure(sl: pd.DataFrame, path: Path, title: str, xlim: tuple[float, float] | None = None) -> Path:
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
 
+    part = sl if xlim is None else sl[(sl["t_s"] + sl["slice_s"] >= xlim[0]) & (sl["t_s"] <= xlim[1])]
+    lim = xlim or (float(sl["t_s"].min()), float(sl["t_s"].max() + sl["slice_s"].iloc[0]))
+    draw = panels(part)
+    fig = Figure(figsize=(9, 1.9 * len(draw) + 0.8), layout="constrained")
+    axes = fig.subplots(len(draw), 1, sharex=True, squeeze=False)[:, 0]
+    for i, (ax, panel) in enumerate(zip(axes, draw, strict=True)):
+        _mark_phases(ax, part, label=i == 0, xlim=lim)
+        panel(ax, part)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=7)
+    axes[-1].set_xlim(*lim)
+    axes[-1].set_xlabel(f"seconds since the first phase began (slices of {float(sl['slice_s'].iloc[0]):g} s)")
+    if part["noisy"].any():
+        key = [Patch(facecolor="#c44e52", alpha=0.3, hatch="//", label="noise on")]
+        fig.legend(handles=key, loc="upper right", fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return plots.save(fig, path)
+
+
+def zoom_span(sl: pd.DataFrame) -> tuple[float, float] | None:
+    """The span of the other phases when one phase (a cache fill) takes most of the run: else None."""
+    runs = phase_runs(sl)
+    if len(runs) < 3:
+        return None
+    span = float(sl["t_s"].max() + sl["slice_s"].iloc[0] - sl["t_s"].min())
+    longest = max(runs, key=lambda r: r[3] - r[2])
+    if longest[3] - longest[2] < 0.6 * span:
+        return None
+    rest = [r for r in runs if r is not longest]
+    return min(r[2] for r in rest), max(r[3] for r in rest)
+
+
+def save_slice_plots(run_dir: Path, sl: pd.DataFrame, scatter: pd.DataFrame) -> list[Path]:
+    """Write over_time.png (a zoom on the measured phases when one phase fills most of the run, and
+    onboard_vs_ttft.png when requests read KV); return their paths."""
     out: list[Path] = []
     if sl.empty:
         return out
-    draw = panels(sl)
-    fig = Figure(figsize=(9, 1.9 * len(draw) + 0.6), layout="constrained")
-    axes = fig.subplots(len(draw), 1, sharex=True, squeeze=False)[:, 0]
-    for i, (ax, panel) in enumerate(zip(axes, draw, strict=True)):
-        _mark_phases(ax, sl, label=i == 0)
-        panel(ax, sl)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=7)
-    axes[-1].set_xlabel(f"seconds since the first phase began (slices of {float(sl['slice_s'].iloc[0]):g} s)")
-    fig.suptitle("The run over time", fontsize=10)
-    out.append(plots.save(fig, run_dir / "over_time.png"))
+    out.append(_figure(sl, run_dir / "over_time.png", "The run over time"))
+    if (zoom := zoom_span(sl)) is not None:
+        out.append(_figure(sl, run_dir / "over_time_phases.png", "The measured phases over time", zoom))
     if not scatter.empty and scatter["onboard_gb"].gt(0).any():
         fig, (ax,) = plots.new_figure(width=6.5)
-        for noisy, color, name in ((False, "#4c72b0", "quiet"), (True, "#c44e52", "noise on")):
+        for noisy, color, name in ((True, "#c44e52", "noise on"), (False, "#4c72b0", "quiet")):
             part = scatter[scatter["noise_active"] == noisy]
-            if not part.empty:
-                ax.scatter(part["onboard_gb"], part["ttft_ms"], s=12, color=color, alpha=0.7, label=name)
+            if not part.empty:  # quiet drawn hollow on top: both stay visible where they overlap
+                face = "none" if not noisy else color
+                ax.scatter(
+                    part["onboard_gb"],
+                    part["ttft_ms"],
+                    s=14,
+                    facecolors=face,
+                    edgecolors=color,
+                    alpha=0.6,
+                    label=name,
+                )
+        if scatter["ttft_ms"].max() > 20 * max(float(scatter["ttft_ms"].min()), 1e-3):
+            ax.set_yscale("log")
         ax.set_xlabel("KV read from the lower tiers, GB (the mock's ground truth)")
         ax.set_ylabel("TTFT (ms)")
         ax.set_title("Each request: KV onboarded vs its TTFT")

@@ -113,7 +113,7 @@ def slices_table(sl: pd.DataFrame) -> Table:
     ]
     headers = ["t (s)", "phase", *[h for _, h in shown]]
     rows = []
-    for r in sl.head(MAX_ROWS).itertuples(index=False):
+    for r in sl.itertuples(index=False):
         d = r._asdict()
         phase = (d["phase"] or "-") + (" (noise)" if d["noisy"] else "")
         rows.append([fmt(float(d["t_s"])), phase, *[_cell(d[c]) for c, _ in shown]])
@@ -124,12 +124,14 @@ def slices_section(
     run_dir: Path, df: pd.DataFrame, geometry: str | None = None, slice_s: float | None = None
 ) -> Section | None:
     """The section (table, pictures) and slices.csv; None when the run has no timed request."""
+    from kvbench.report.manifest import read_run_manifest
     from kvbench.report.slice_plots import save_slice_plots
 
     sl, scatter = run_slices(run_dir, df, geometry, slice_s)
     if sl.empty:
         return None
     sl.to_csv(run_dir / SLICES_CSV, index=False)
+    shown, why = table_rows(sl)
     images = save_slice_plots(run_dir, sl, scatter)
     width = float(sl["slice_s"].iloc[0])
     paras = [
@@ -140,6 +142,31 @@ def slices_section(
         "are KV moved per tier as the engine counts it, `gt onboard` the mock's ground truth; host and "
         "node columns are the network and disk of this host and of the named node exporters."
     ]
-    if len(sl) > MAX_ROWS:
-        paras.append(f"The first {MAX_ROWS} of {len(sl)} slices; `{SLICES_CSV}` holds them all.")
-    return Section("Over time", paras, [slices_table(sl)], images)
+    scale = read_run_manifest(run_dir).time_scale().value
+    if scale != 1.0:
+        paras.append(
+            f"The mock ran at time scale {scale:g}: its modelled bytes moved in {scale:g} of the modelled "
+            f"time, so its GB/s read {1 / scale:g}x the modelled hardware's."
+        )
+    if why:
+        paras.append(f"{why}; `{SLICES_CSV}` holds all {len(sl)}.")
+    return Section("Over time", paras, [slices_table(shown)], images)
+
+
+def table_rows(sl: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The slices the table shows and what it leaves out: idle slices (nothing answered, no first
+    token) when there are too many, then every k-th of the rest."""
+    if len(sl) <= MAX_ROWS:
+        return sl, ""
+    ttft = sl["ttft_p50_ms"] if "ttft_p50_ms" in sl else sl["requests_per_s"] * float("nan")
+    busy = sl[(sl["requests_per_s"] > 0) | ttft.notna()]
+    said = (
+        [f"{len(sl) - len(busy)} idle slices (no answer ended, no first token) left out"]
+        if len(busy) < len(sl)
+        else []
+    )
+    if len(busy) > MAX_ROWS:
+        k = math.ceil(len(busy) / MAX_ROWS)
+        busy = busy.iloc[::k]
+        said.append(f"one in {k} of the others shown")
+    return busy, "; ".join(said).capitalize()
