@@ -87,7 +87,7 @@ def known_units() -> str:
     )
 
 
-def _count_word(name: str, extra: frozenset[str]) -> str | None:
+def count_word(name: str, extra: frozenset[str]) -> str | None:
     if name in COUNTS or name in extra:
         return name
     for plural, forms in COUNTS.items():
@@ -123,12 +123,12 @@ def _atom(name: str, extra: frozenset[str]) -> tuple[dict[str, int], Fraction]:
         return {"bytes": 1}, _BINARY.get(p, _PREFIX.get(p, Fraction(1)))
     if name.endswith("bit") and name[:-3] in _PREFIX:
         return {"bytes": 1}, _PREFIX[name[:-3]] / 8
-    word = _count_word(name, extra)
+    word = count_word(name, extra)
     if word is not None:
         return {word: 1}, Fraction(1)
     for p, k in _PREFIX.items():  # "Mtokens", "ktokens": an SI prefix on a counted thing
         if p and name.startswith(p):
-            word = _count_word(name[len(p) :], extra)
+            word = count_word(name[len(p) :], extra)
             if word is not None:
                 return {word: 1}, k
     raise _unknown(name, extra)
@@ -243,3 +243,57 @@ def convert(value: float, src: Unit, dst: Unit) -> float:
     if src.dims != dst.dims:
         raise UnitError(f"cannot convert {src.text} to {dst.text}")
     return value * src.factor / dst.factor
+
+
+_STEPS = ["", "k", "M", "G", "T", "P"]
+_TIME_STEPS = ["ns", "us", "ms", "s"]
+
+
+def _atom_variants(atom: str, extra: frozenset[str]) -> list[tuple[str, str]]:
+    """(replacement, slip) for one atom: one SI step up or down ('prefix'), bytes <-> bits ('bits')."""
+    out: list[tuple[str, str]] = []
+    name = _TIME_WORDS.get(atom, _BYTE_WORDS.get(atom, atom))
+
+    def steps(p: str, tail: str) -> None:
+        p = "k" if p == "K" else p
+        if p in _STEPS:
+            i = _STEPS.index(p)
+            out.extend((q + tail, "prefix") for q in _STEPS[max(i - 1, 0) : i + 2] if q != p)
+
+    if name in _TIME_STEPS:
+        i = _TIME_STEPS.index(name)
+        out += [(t, "prefix") for t in _TIME_STEPS[max(i - 1, 0) : i + 2] if t != name]
+    elif name.endswith("B") and name[:-1] in _PREFIX:
+        steps(name[:-1], "B")
+        out.append((("k" if name[0] == "K" else name[:-1]) + "bit", "bits"))
+    elif name.endswith("bit") and name[:-3] in _PREFIX:
+        steps(name[:-3], "bit")
+        out.append((name[:-3] + "B", "bits"))
+    elif count_word(name, extra) is not None:
+        steps("", name)
+    else:
+        for p in _STEPS[1:]:
+            if name.startswith(p) and count_word(name[len(p) :], extra) is not None:
+                steps(p, name[len(p) :])
+    return out
+
+
+def unit_variants(unit: Unit, extra: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """Units one slip away from `unit`, atom by atom: ('ms/request', 'prefix') for s/request,
+    ('Gbit/s', 'bits') for GB/s, ('kJ', 'prefix') for a declared J; numerator atoms only."""
+    more = frozenset(extra)
+    try:
+        atoms = split_unit(unit.text)
+    except UnitError:
+        return []
+    out: list[tuple[str, str]] = []
+    for i, (sign, atom) in enumerate(atoms):
+        if sign < 0:
+            continue  # "per krequest" or "GB/ms" is not how a slip reads: the numerator slips
+        for alt, slip in _atom_variants(atom, more):
+            parts = [(sg, alt if j == i else a) for j, (sg, a) in enumerate(atoms)]
+            num = "*".join(a for sg, a in parts if sg > 0) or "1"
+            text = num + "".join(f"/{a}" for sg, a in parts if sg < 0)
+            if (text, slip) not in out and text != unit.text:
+                out.append((text, slip))
+    return out

@@ -1,0 +1,119 @@
+"""The search space of alternative readings: quantities formed from a file's figures, the
+figures related to a claim, and the collector that keeps a reading only when it explains the
+stated value within its rounding (and does not use the stated figure itself).
+
+Used by `slips.py` (the claim's own computation read differently) and `readings.py` (other
+figures, ranking).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvbench.audit.expr import expr_names, parse_expr
+from kvbench.audit.figures import Figures
+from kvbench.audit.ledger import Reading
+from kvbench.audit.quantities import Interval, fmt_num, match, stated_range
+from kvbench.audit.schema import Claim
+from kvbench.audit.units import Dims, Unit, parse_unit
+
+
+@dataclass(frozen=True)
+class Quantity:
+    ids: str  # "a" or "a / b"
+    label: str
+    show: str  # the value with its unit
+    base: Interval  # in base units
+    unit: Unit
+    figures: tuple[str, ...]
+    depth: int
+
+
+def pool(figs: Figures) -> list[Quantity]:
+    """Every figure, plus a/b and a*b of two figures when the result has a unit the file uses."""
+    base = []
+    for fv in figs.values.values():
+        if fv.interval is None or not math.isfinite(fv.interval.mid) or fv.interval.mid == 0:
+            continue
+        u = figs.units[fv.id]
+        base.append(Quantity(fv.id, fv.label, figs.show(fv.id), fv.interval.scale(u.factor), u, (fv.id,), 0))
+    unit_by_dims: dict[Dims, Unit] = {}
+    for q in base:
+        if q.unit.dims and q.unit.dims not in unit_by_dims:
+            unit_by_dims[q.unit.dims] = q.unit
+    pool = list(base)
+    for a in base:
+        for b in base:
+            for op in ("/", "*"):
+                if a.ids == b.ids or (op == "*" and a.ids > b.ids):
+                    continue
+                dims: dict[str, int] = dict(a.unit.dims)
+                for k, v in b.unit.dims:
+                    dims[k] = dims.get(k, 0) + (v if op == "*" else -v)
+                key = tuple(sorted((k, v) for k, v in dims.items() if v))
+                if key not in unit_by_dims:
+                    continue
+                u = unit_by_dims[key]
+                val = a.base / b.base if op == "/" else a.base * b.base
+                show = f"{fmt_num(val.mid / u.factor)} {u.text}"
+                label = f"{a.label} {op} {b.label}"
+                pool.append(Quantity(f"{a.ids} {op} {b.ids}", label, show, val, u, (a.ids, b.ids), 1))
+    return pool
+
+
+def related_set(figs: Figures, claim_figs: set[str]) -> set[str]:
+    """Figures appearing with the claim's figures in an expression, or sharing a `test` tag."""
+    ids = list(figs.values)
+    groups = [{fid, *expr_names(tree)} for fid, tree in figs.trees.items()]
+    groups += [set(expr_names(parse_expr(c.expr, ids))) for c in figs.cf.claims]
+    related = set(claim_figs)
+    for g in groups:
+        if g & claim_figs:
+            related |= g
+    tags = set().union(*(figs[f].tags for f in claim_figs if f in figs.values)) if claim_figs else set()
+    related |= {fv.id for fv in figs.values.values() if fv.tags & tags}
+    return related
+
+
+class Search:
+    """Collects readings that fall in the stated range."""
+
+    def __init__(self, figs: Figures, claim: Claim) -> None:
+        self.figs, self.claim, self._match = figs, claim, match
+        self.unit = parse_unit(claim.unit, figs.cf.units)
+        self.lo, self.hi = stated_range(claim.stated, claim.decimals)
+        self.tree = parse_expr(claim.expr, figs.values)
+        self.claim_figs = set(expr_names(self.tree))
+        self.related = related_set(figs, self.claim_figs)
+        stated = Interval.printed(claim.stated, claim.decimals).scale(self.unit.factor).mid
+        # the stated number itself may be a figure (825 GB): a reading must not use it
+        self.banned = {
+            fv.id
+            for fv in figs.values.values()
+            if fv.kind == "published"
+            and fv.interval is not None
+            and figs.units[fv.id].dims == self.unit.dims
+            and math.isclose(fv.interval.mid * figs.units[fv.id].factor, stated, rel_tol=1e-9)
+        }
+        self.found: list[tuple[Reading, bool]] = []
+
+    def add(
+        self,
+        text: str,
+        brief: str,
+        iv: Interval,
+        unit: str,
+        figures: tuple[str, ...],
+        depth: int,
+        own: bool,
+        slip: str = "",
+    ) -> None:
+        m = self._match(iv, self.lo, self.hi)
+        if m is None:
+            return
+        flat = tuple(dict.fromkeys(x for f in figures for x in f.split(" ") if x in self.figs.values))
+        if self.figs.leaves(flat) & self.banned:
+            return
+        r = Reading(text, iv.mid, unit, m, flat, set(flat) <= self.related, depth, brief, slip)
+        self.found.append((r, own))
