@@ -130,3 +130,47 @@ def test_cliff_map_finds_each_tier_where_its_capacity_says(kvbench, tmp_path):
     assert state["points"][-1]["metrics"]["hit_ratio"] == 0.0  # beyond the last tier: recomputed
     assert (out / "sweep_cliff.png").stat().st_size > 10_000
     assert "| G3 -> G4 | 8,192 |" in (out / "summary.md").read_text()
+
+
+def test_goodput_search_lands_within_one_step_of_the_modelled_capacity(kvbench, tmp_path):
+    """ci's GPU shares prefill between the requests on it: c uncached 20k-token prompts started
+    together each see about c prefill times of TTFT. The SLO sits between the model's TTFT at
+    the capacity and one connection more, and the search must find that capacity (or a step off)."""
+    from kvbench.mock.prediction import predict_closed_loop
+    from kvbench.mock.profiles import load_profile
+    from kvbench.mock.timing import derive_params
+
+    profile = load_profile("ci")
+    params = derive_params(profile)
+
+    def ttft_ms(c: int) -> float:  # the model's mean TTFT at c connections, at ci's time scale
+        run = predict_closed_loop(
+            params, requests=12, connections=c, prompts=12, prompt_tokens=20000, use_cache=False
+        )
+        return run.mean_ttft_s * profile.time_scale * 1000
+
+    capacity = 2
+    slo = (ttft_ms(capacity) + ttft_ms(capacity + 1)) / 2
+    out = tmp_path / "search"
+    args = [
+        "sweep",
+        "throughput",
+        "--mock-profile",
+        "ci",
+        "--set",
+        "prompts.count=12",
+        "--set",
+        "load.requests=12",
+    ]
+    args += ["--set", "prompts.lengths=[20000]", "--search", "goodput", "--over", "load.concurrency=1..6"]
+    args += ["--slo", f"ttft_p99_ms={slo:.1f}", "--attainment", "0.75", "--quiet", "--out", str(out)]
+    code, _, err = kvbench(*args)
+    assert code == 0, err
+    search = json.loads((out / "sweep.json").read_text())["search"]
+    assert abs(search["highest_meeting"] - capacity) <= 1, search["note"]
+    assert search["lowest_missing"] - search["highest_meeting"] == 1
+    best = next(t for t in search["trials"] if t["load"] == search["highest_meeting"])
+    assert best["attainment_ci"][0] >= 0.75 or best["verdict"] == "straddles"
+    assert (
+        f"search: load.concurrency = {search['highest_meeting']:g} meets" in (out / "summary.md").read_text()
+    )
