@@ -197,14 +197,39 @@ def plot_ttft_vs_share(ax: Axes, df: pd.DataFrame) -> None:
     ax.grid(True, alpha=0.3)
 
 
+def plot_hits_over_time(ax: Axes, df: pd.DataFrame, bins: int = 40) -> None:
+    """Shares of prompt tokens per slice of the replay (trace order): the trace's ideal, the engine's
+    blocks and what the server reported, so a gap that opens as the cache fills shows where."""
+    ok = df[df["status"] == "ok"].sort_values("index")
+    size = max(1, -(-len(ok) // bins))
+    groups = ok.groupby(ok["index"].rank(method="first").sub(1).floordiv(size))
+    tokens = groups["input_length"].sum().clip(lower=1)
+    x = groups["index"].median()
+    series = [("ideal (trace)", "expected_cached_tokens", "#7f8c8d", "--"),
+              ("engine blocks", "engine_expected_tokens", "#d68910", ":"),
+              ("reported", "cached_tokens", "#2471a3", "-")]  # fmt: skip
+    for name, col, color, style in series:
+        if ok[col].notna().any():
+            ax.plot(x, 100 * groups[col].sum() / tokens, style, color=color, label=name, marker=".")
+    ax.set_xlabel("request (trace order)")
+    ax.set_ylabel("cached share of prompt tokens (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"Hits over the replay ({size} requests a point)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(True, alpha=0.3)
+
+
 def save_replay_plots(run_dir: Path) -> list[Path]:
     df = replay_frame(run_dir)
     if not len(df) or not (df["status"] == "ok").any():
         return []
     from kvbench.report.plots import new_figure
 
-    fig, (ax,) = new_figure()
-    plot_ttft_vs_share(ax, df)
-    path = run_dir / "replay_ttft_vs_reuse.png"
-    fig.savefig(path, dpi=110)
-    return [path]
+    out = []
+    for name, fn in (("ttft_vs_reuse", plot_ttft_vs_share), ("hits_over_time", plot_hits_over_time)):
+        fig, (ax,) = new_figure()
+        fn(ax, df)
+        path = run_dir / f"replay_{name}.png"
+        fig.savefig(path, dpi=110)
+        out.append(path)
+    return out

@@ -144,7 +144,8 @@ def test_cli_replay_writes_the_report(tmp_path, monkeypatch, capsys):
     (run_dir,) = tmp_path.iterdir()
     report = (run_dir / "report.md").read_text()
     assert "## Replay: hits vs the trace" in report and "| replay | 25 |" in report
-    assert (run_dir / "replay_ttft_vs_reuse.png").stat().st_size > 10_000
+    for png in ("replay_ttft_vs_reuse.png", "replay_hits_over_time.png"):
+        assert (run_dir / png).stat().st_size > 10_000
     summary = json.loads((run_dir / "replay.json").read_text())
     assert summary["requests"] == 25 and summary["lateness"]["n"] == 25
     # the fixed schedule: each request's planned time is the trace's, 20 times faster
