@@ -76,8 +76,11 @@ def sweep_cmd(
         found = read_state(resume)
         if found is None:
             raise UsageError(f"--resume {resume}: no sweep.json there")
-        if scenario is not None or over:
-            raise UsageError("--resume DIR takes the plan from DIR/sweep.json: give no SCENARIO or --over")
+        flags = {"SCENARIO": scenario, "--over": over, "--set": set_values, "--slo": slo}
+        flags.update({"--search": search, "--mock-profile": mock_profile, "--base-url": base_url})
+        given = [name for name, value in flags.items() if value]
+        if given:
+            raise UsageError(f"--resume DIR takes the plan from DIR/sweep.json: drop {', '.join(given)}")
         plan, sweep_dir = found.plan, resume
     else:
         if scenario is None:

@@ -59,3 +59,18 @@ def test_bad_input_is_one_line_and_exit_2(run_cli, tmp_path, args, expected):
 def test_resume_needs_a_sweep_there(run_cli, tmp_path):
     code, _, err = run_cli("sweep", "--resume", str(tmp_path))
     assert code == 2 and "no sweep.json there" in err
+
+
+def test_resume_takes_its_plan_from_the_directory(run_cli, tmp_path):
+    (tmp_path / "sweep.json").write_text("{}")
+    code, _, err = run_cli("sweep", "--resume", str(tmp_path), "--slo", "ttft_p99_ms=5")
+    assert code == 2 and "not a sweep file" in err  # an unreadable sweep.json: one line
+
+
+def test_resume_refuses_a_new_plan_on_the_command_line(run_cli, tmp_path):
+    from kvbench.sweep.state import SweepPlan, SweepState, write_state
+
+    plan = SweepPlan(scenario="throughput", over=[("load.concurrency", ["1"])])
+    write_state(tmp_path, SweepState(kvbench_version="0", status="interrupted", plan=plan))
+    code, _, err = run_cli("sweep", "--resume", str(tmp_path), "--slo", "ttft_p99_ms=5")
+    assert code == 2 and err.strip().endswith("drop --slo")
