@@ -18,7 +18,7 @@ from kvbench.audit.checks import Problem
 from kvbench.audit.expr import ExprError, eval_expr, expr_names, parse_expr
 from kvbench.audit.figures import Figures
 from kvbench.audit.ledger import ClaimResult
-from kvbench.audit.quantities import Interval, exact_range, fmt_num, match, stated_range
+from kvbench.audit.quantities import Interval, exact_range, fmt_against, fmt_num, match, stated_range
 from kvbench.audit.readings import alternatives
 from kvbench.audit.schema import Claim
 from kvbench.audit.units import Unit, parse_unit
@@ -137,7 +137,7 @@ def check_claim(figs: Figures, claim: Claim, problem: Problem | None = None) -> 
     result.recomputed = rc
     exact = _exact_match(figs, tree, unit, claim)
     m = match(rc, lo, hi) if exact is False else exact
-    shown = fmt_num(rc.mid, None if claim.decimals is None else max(claim.decimals + 1, 0))
+    shown = fmt_against(rc.mid, lo, hi, claim.decimals)
     recomputed = f"{shown}{claim.unit}" if claim.unit in ("x", "%") else f"{shown} {claim.unit}"
     if m is not None:
         result.verdict = "consistent"

@@ -110,7 +110,12 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(_clean(ledger.to_dict()), indent=2, default=str))
         else:
-            print(format_ledger(ledger))
+            import shutil
+            import sys
+
+            # the terminal's width; 100 columns into a file or a pipe, where nothing says how wide
+            width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100
+            print(format_ledger(ledger, width=width))
         if strict and (ledger.discrepancies or ledger.findings or ledger.invalid):
             raise typer.Exit(1)
 

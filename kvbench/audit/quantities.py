@@ -162,6 +162,24 @@ def fmt_num(value: float, decimals: int | None = None, sig: int = 4) -> str:
     return f"{value:,.{digits}f}"
 
 
+def fmt_against(value: float, lo: float, hi: float, decimals: int | None) -> str:
+    """`value` with one decimal more than the stated number, at least two significant digits, and
+    more where fewer would print it on the wrong side of the stated range [lo, hi): 9.467 against
+    "10x" ([9.5, 10.5)) prints as 9.47, not as the 9.5 a consistent value would print as."""
+    if decimals is None or not math.isfinite(value):
+        return fmt_num(value)
+    d = max(decimals + 1, 0)
+    if value != 0:
+        d = max(d, 1 - math.floor(math.log10(abs(value))))
+    inside = lo <= value < hi
+    text = fmt_num(value, d)
+    for extra in range(1, 10):
+        if (lo <= float(text.replace(",", "")) < hi) == inside:
+            break
+        text = fmt_num(value, d + extra)
+    return text
+
+
 def written_decimals(text: str) -> int:
     """Decimals a number is written with: "0.25" -> 2, "18" -> 0, "1.5e3" -> -2, "2.5e-3" -> 4.
 

@@ -1,4 +1,5 @@
-"""The ledger as text: a verdict table first, then the details of each finding, wrapped at 100.
+"""The ledger as text: a verdict table first, then the details of each finding, wrapped to a width
+(`kvbench audit`: the terminal's, 100 columns when not a terminal).
 
 The verdict table has one line per claim, sizing check and bound with a short conclusion,
 so the strongest findings are read first; the summary line counts bound findings too.
@@ -9,6 +10,7 @@ and bound, the figures, and the assumptions.
 from __future__ import annotations
 
 import textwrap
+from contextvars import ContextVar
 from typing import Any
 
 from kvbench.audit.bounds import BOUND_KINDS
@@ -17,6 +19,7 @@ from kvbench.audit.ledger import ClaimResult, Ledger
 from kvbench.audit.quantities import fmt_num
 
 WIDTH = 100
+_WIDTH: ContextVar[int] = ContextVar("audit_text_width", default=WIDTH)
 MARK = {"consistent": "ok", "discrepancy": "!!", "unverifiable": "??", "finding": "!!", "ok": "ok"}
 MARK["invalid"] = "xx"
 WORD = {"consistent": "consistent", "discrepancy": "DISCREPANCY", "unverifiable": "unverifiable"}
@@ -26,7 +29,7 @@ WORD |= {"finding": "FINDING", "ok": "ok", "invalid": "INVALID"}
 def _wrap(text: str, indent: str, first: str | None = None) -> list[str]:
     return textwrap.wrap(
         text,
-        width=WIDTH,
+        width=_WIDTH.get(),
         initial_indent=first if first is not None else indent,
         subsequent_indent=indent,
         break_on_hyphens=False,
@@ -55,10 +58,12 @@ def verdict_table(ledger: Ledger) -> list[str]:
     rows = ledger.verdicts()
     width = max((len(r["id"]) + len(r["what"]) + 1 for r in rows), default=10)
     invalid = ", xx invalid" if any(r["verdict"] == "invalid" for r in rows) else ""
-    out = [f"VERDICTS   (!! finding or discrepancy, ?? unverifiable{invalid}, ok consistent; details below)"]
+    legend = f"(!! finding or discrepancy, ?? unverifiable{invalid}, ok consistent; details below)"
+    out = _wrap(legend, "           ", "VERDICTS   ")
+    hang = " " * (width + 7) if width + 7 <= _WIDTH.get() // 2 else " " * 7
     for r in rows:
         label = r["id"] if r["what"] == "claim" else f"{r['what']} {r['id']}"
-        out.append(f"  {MARK[r['verdict']]} {label:<{width}}  {r['conclusion']}")
+        out += _wrap(r["conclusion"], hang, f"  {MARK[r['verdict']]} {label:<{width}}  ")
     return out
 
 
@@ -127,14 +132,16 @@ def _bound_lines(b: dict[str, Any]) -> list[str]:
     for a in b["assumptions"]:
         out += _wrap(a, "      ", "    - ")
     for line in BOUND_KINDS[b["kind"]].lines(b):
-        out += _wrap(line, "      ", "  ") if len(line) > WIDTH - 2 else [f"  {line}"]
+        out += _wrap(line, "      ", "  ") if len(line) > _WIDTH.get() - 2 else [f"  {line}"]
     out += _wrap(b["verdict"], "     ", "  => ")
     out += _wrap(b["note"], "        ", "  note: ")
     return out
 
 
 def _figure_lines(ledger: Ledger) -> list[str]:
-    out = ["FIGURES (published = as printed; derived/model/implied = kvbench's arithmetic)"]
+    out = _wrap(
+        "(published = as printed; derived/model/implied = kvbench's arithmetic)", "        ", "FIGURES "
+    )
     w = max((len(f.id) for f in ledger.figures), default=10)
     for f in ledger.figures:
         if f.invalid is not None:
@@ -150,13 +157,22 @@ def _figure_lines(ledger: Ledger) -> list[str]:
             how += f" by claim {f.implied_by}"
         if f.kind == "derived" and f.basis == "implied":
             how += " (rests on an implied figure)"
-        out.append(f"  {f.id:<{w}}  {val:>14} {f.unit:<14} {how}"[:WIDTH].rstrip())
+        out.append(f"  {f.id:<{w}}  {val:>14} {f.unit:<14} {how}"[: _WIDTH.get()].rstrip())
     return out
 
 
-def format_ledger(ledger: Ledger) -> str:
-    """The ledger as plain text (what `kvbench audit` prints)."""
-    out = [f"Audit of {ledger.name}: {ledger.title}".rstrip(": "), f"  {summary_line(ledger)}", ""]
+def format_ledger(ledger: Ledger, width: int = WIDTH) -> str:
+    """The ledger as plain text (what `kvbench audit` prints), wrapped at `width` columns."""
+    token = _WIDTH.set(max(width, 60))
+    try:
+        return _format(ledger)
+    finally:
+        _WIDTH.reset(token)
+
+
+def _format(ledger: Ledger) -> str:
+    out = _wrap(f"Audit of {ledger.name}: {ledger.title}".rstrip(": "), "  ", "")
+    out += [*_wrap(summary_line(ledger), "    ", "  "), ""]
     out += verdict_table(ledger)
     out += ["", "CLAIMS"]
     for c in ledger.claims:
