@@ -54,9 +54,15 @@ class Sizes:
 WIDTHS = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
-def auto_slice(span_s: float, interval_s: float | None = None) -> float:
-    """A round slice width giving at most about 30 slices, never under two scrape intervals."""
-    least = max(span_s / 30.0, 2 * (interval_s or 0.0))
+def auto_slice(
+    span_s: float, interval_s: float | None = None, shortest_phase_s: float | None = None
+) -> float:
+    """A round slice width: about 30 slices over the run, but a few per phase when phases are short
+    (an ABBA pair of half-second phases must not vanish in one slice), never under two scrapes."""
+    least = span_s / 30.0
+    if shortest_phase_s:
+        least = min(least, shortest_phase_s / 3.0)
+    least = max(least, 2 * (interval_s or 0.0))
     return next((w for w in WIDTHS if w >= least), WIDTHS[-1])
 
 
@@ -340,7 +346,8 @@ def build_slices(
         return pd.DataFrame(columns=["t_s", "slice_s", "phase", "noisy", "requests_per_s"])
     t0 = float(min([p.started_ns for p in phases] or [req["sent_ns"].min()]))
     t1 = float(max([p.ended_ns for p in phases] + [req["end_ns"].max()]))
-    width = slice_s or auto_slice((t1 - t0) / 1e9, interval_s)
+    shortest = min(((p.ended_ns - p.started_ns) / 1e9 for p in phases), default=None)
+    width = slice_s or auto_slice((t1 - t0) / 1e9, interval_s, shortest)
     n = max(1, math.ceil((t1 - t0) / 1e9 / width - 1e-9))
     edges = t0 + np.arange(n + 1) * width * 1e9
     names, noisy = _phase_at(edges, phases)

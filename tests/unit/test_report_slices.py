@@ -152,5 +152,6 @@ def test_slice_width_is_round_and_never_under_two_scrapes():
     assert auto_slice(9.0) == 0.5
     assert auto_slice(9.0, interval_s=1.0) == 2.0
     assert auto_slice(3600.0) == 120.0
+    assert auto_slice(80.0, interval_s=0.1, shortest_phase_s=0.45) == 0.2  # half-second ABBA phases
     empty = build_slices(pd.DataFrame(columns=["label", "sent_ns"]), [], [], [], [], get_adapter("mock"))
     assert empty.empty
