@@ -31,13 +31,18 @@ def parse_metrics(text: str, keep: tuple[str, ...] | None = None) -> dict[Sample
 
     if keep is None:
         keep = metric_prefixes()
-    if keep:  # lines of other families never reach the parser: a scrape every 0.1 s stays cheap
-        text = "\n".join(
-            line
-            for line in text.splitlines()
-            if line.startswith(keep)
-            or (line.startswith(("# HELP ", "# TYPE ")) and line[7:].startswith(keep))
+    # lines of other families, and histogram buckets and _created samples (never kept), never reach
+    # the parser: a scrape every 0.1 s of a /metrics full of histograms stays cheap
+    text = "\n".join(
+        line
+        for line in text.splitlines()
+        if (line.startswith(("# HELP ", "# TYPE ")) and line[7:].startswith(keep or ""))
+        or (
+            not line.startswith("#")
+            and line.startswith(keep or "")
+            and not line.partition("{")[0].partition(" ")[0].endswith(("_bucket", "_created"))
         )
+    )
     out: dict[SampleKey, float] = {}
     for family in text_string_to_metric_families(text):
         if keep and not family.name.startswith(keep):

@@ -351,7 +351,12 @@ def build_slices(
     n = max(1, math.ceil((t1 - t0) / 1e9 / width - 1e-9))
     edges = t0 + np.arange(n + 1) * width * 1e9
     names, noisy = _phase_at(edges, phases)
-    cols: dict[str, Any] = {"t_s": (edges[:-1] - t0) / 1e9, "slice_s": width, "phase": names, "noisy": noisy}
+    cols: dict[str, Any] = {
+        "t_s": np.round((edges[:-1] - t0) / 1e9, 6),
+        "slice_s": width,
+        "phase": names,
+        "noisy": noisy,
+    }
     cols.update(request_columns(req, edges))
     eng = series(metrics)
     hits, queries = (
