@@ -25,7 +25,13 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kvbench.engines.adapters.base import ControlHTTP, EngineAdapter, GaugeRef, TierOperationFailed
+from kvbench.engines.adapters.base import (
+    ControlHTTP,
+    EngineAdapter,
+    GaugeRef,
+    TierOperationFailed,
+    TransferCounter,
+)
 from kvbench.engines.adapters.registry import register
 
 
@@ -75,6 +81,16 @@ class LlamacppAdapter(EngineAdapter):
     detect_order = 40
     # llama-server --metrics (tools/server/server.cpp): requests waiting for a slot; the KV cache's used share
     # (kv_cache_usage_ratio: in older builds only; absent, the column is empty)
+    # the lab's G4 connector in front of llama-server (kvbench/lab/connector.py): bytes restored from
+    # and saved to its G4 directory (llama-server itself moves no KV between tiers it counts)
+    transfer_counters: ClassVar[tuple[TransferCounter, ...]] = (
+        TransferCounter(
+            "kvbench_lab_g4_restore_bytes_total", "onboard", "G4", source="kvbench/lab/connector.py"
+        ),
+        TransferCounter(
+            "kvbench_lab_g4_save_bytes_total", "offload", "G4", source="kvbench/lab/connector.py"
+        ),
+    )
     queue_gauges: ClassVar[tuple[GaugeRef, ...]] = (
         GaugeRef("llamacpp:requests_deferred", "requests", source="tools/server/server.cpp (/metrics)"),
     )
