@@ -95,12 +95,12 @@ def file_problems(cf: ClaimsFile) -> list[str]:
             problems.append(f"units[{i}]: '{word}' is a built-in unit; remove it from `units:`")
         except UnitError:
             pass
-    for section, items in (("figures", cf.figures), ("claims", cf.claims)):
+    for section, ids in (("figures", [f.id for f in cf.figures]), ("claims", [c.id for c in cf.claims])):
         seen: set[str] = set()
-        for i, item in enumerate(items):
-            if item.id in seen:
-                problems.append(f"{section}[{i}].id: duplicate {section[:-1]} '{item.id}'")
-            seen.add(item.id)
+        for i, fid in enumerate(ids):
+            if fid in seen:
+                problems.append(f"{section}[{i}].id: duplicate {section[:-1]} '{fid}'")
+            seen.add(fid)
     for section, checks in (("sizing", cf.sizing), ("bounds", cf.bounds)):
         ids = [c.id for c in checks]
         problems += [f"{section}: duplicate id '{x}'" for x in sorted({x for x in ids if ids.count(x) > 1})]

@@ -130,8 +130,8 @@ def check_claim(figs: Figures, claim: Claim, problem: Problem | None = None) -> 
     except ZeroDivisionError:
         env = figs.env()
         zeros = [n for n in names if env[n].mid == 0]
-        why = f" ({', '.join(zeros)} = 0)" if zeros else ""
-        return _invalid(result, Problem(f"claims '{claim.id}' = {claim.expr}: division by zero{why}"))
+        which = f" ({', '.join(zeros)} = 0)" if zeros else ""
+        return _invalid(result, Problem(f"claims '{claim.id}' = {claim.expr}: division by zero{which}"))
     except ExprError as exc:
         return _invalid(result, Problem(f"claims '{claim.id}' = {claim.expr}: {exc}"))
     result.recomputed = rc

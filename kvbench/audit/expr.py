@@ -149,10 +149,10 @@ def _eval(node: ast.AST, env: Mapping[str, Interval], exact: bool) -> Interval:
     if isinstance(node, ast.Expression):
         return _eval(node.body, env, exact)
     if isinstance(node, ast.Constant):
-        v = node.value
+        c = node.value  # a number: checked in parse_expr
         if exact:
-            return Interval.exact(Fraction(repr(v)) if isinstance(v, float) else Fraction(v))  # type: ignore[arg-type]
-        return Interval.exact(float(v))  # type: ignore[arg-type]  # checked in parse_expr
+            return Interval.exact(Fraction(repr(c)) if isinstance(c, float) else Fraction(c))  # type: ignore[arg-type]
+        return Interval.exact(float(c))  # type: ignore[arg-type]
     if isinstance(node, ast.Name):
         return env[node.id]
     if isinstance(node, ast.UnaryOp):

@@ -118,9 +118,10 @@ def rounds_to(x: float, lo: float, hi: float) -> bool:
     return lo - eps <= x < hi - eps or (lo == hi and abs(x - lo) <= eps)
 
 
-def exact_range(value: float, decimals: int | None) -> tuple[Fraction, Fraction]:
+def exact_range(value: float, decimals: int | None) -> tuple[float, float]:
+    """`stated_range` in Fractions (typed as the floats they stand in for, like Interval's fields)."""
     iv = Interval.printed_exact(value, decimals)
-    return iv.lo, iv.hi  # type: ignore[return-value]
+    return iv.lo, iv.hi
 
 
 def match(iv: Interval, lo: float, hi: float, exact: bool = False) -> str | None:

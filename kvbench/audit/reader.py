@@ -118,11 +118,18 @@ def parse_claims(data: Any, source: str = "claims", base_dir: Path | None = None
     try:
         cf = ClaimsFile.model_validate({**_fill_decimals(data), "base_dir": base_dir, "source": source})
     except ValidationError as exc:
-        raise UsageError(f"{source}: " + "; ".join(_message(dict(e)) for e in exc.errors())) from None
+        raise UsageError(f"{source}: " + _join([_message(dict(e)) for e in exc.errors()])) from None
     problems = file_problems(cf)
     if problems:
-        raise UsageError(f"{source}: " + "; ".join(problems))
+        raise UsageError(f"{source}: " + _join(problems))
     return cf
+
+
+def _join(problems: list[str], most: int = 3) -> str:
+    """The first few problems, each cut to ~200 characters: one readable line, not a page."""
+    shown = [p if len(p) <= 200 else p[:197] + "..." for p in problems[:most]]
+    more = f" (and {len(problems) - most} more)" if len(problems) > most else ""
+    return "; ".join(shown) + more
 
 
 def load_claims(path: Path | str | None = None) -> ClaimsFile:

@@ -41,9 +41,12 @@ def _finite(v: float | None) -> float | None:
 
 
 def _no_bool(v: Any) -> Any:
-    """YAML reads yes/no/true/false as booleans, which pydantic would take as 1 and 0."""
+    """YAML reads yes/no/true/false as booleans, which pydantic would take as 1 and 0; a quoted
+    number would lose how it is written (its default decimals): both are refused."""
     if isinstance(v, bool):
         raise ValueError(f"a number is meant, not the yes/no value {str(v).lower()}")
+    if isinstance(v, str):
+        raise ValueError(f"a number is meant, not the text {v[:20]!r} (write it without quotes)")
     return v
 
 

@@ -38,6 +38,7 @@ EXPECTED = {
     "bool_decimals.yaml": "claims[0].decimals: a number is meant, not the yes/no value true",
     "duplicate_key.yaml": "line 6: key 'value' is given twice",
     "shadowing_unit.yaml": "units[0]: 'GB' is a built-in unit; remove it from `units:`",
+    "quoted_number.yaml": "figures[0].value: a number is meant, not the text '4.26'",
 }
 
 # file -> (what, id, words its verdict line must carry)
@@ -124,6 +125,14 @@ def test_invalid_item_is_its_verdict_and_the_rest_is_judged(name, expected):
     code, out = _audit(str(INVALID / name))
     assert code == 0 and f"xx {item if what == 'claim' else what + ' ' + item}" in out, out
     assert _audit(str(INVALID / name), "--strict")[0] == 1
+
+
+def test_many_problems_are_one_short_line(run_cli, tmp_path):
+    f = tmp_path / "many.yaml"
+    rows = "".join(f"  - {{id: f{i}, value: yes, unit: s}}\n" for i in range(40))
+    f.write_text(f"schema: kvbench-claims/1\nname: m\nfigures:\n{rows}")
+    code, _, err = run_cli("audit", str(f))
+    assert code == 2 and "(and 37 more)" in err and len(err.strip()) < 400, err
 
 
 def test_directory_and_missing_path(run_cli, tmp_path):
