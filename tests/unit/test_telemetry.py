@@ -89,3 +89,37 @@ def test_scraper_writes_rows_and_stops_asking_a_server_without_metrics(tmp_path)
     scraper = Scraper(missing, None, origin_ns=0)
     assert asyncio.run(scraper.scrape("a")) is None and asyncio.run(scraper.scrape("b")) is None
     assert missing.gets == 1 and not scraper.enabled
+
+
+def test_every_adapter_says_where_its_over_time_names_come_from():
+    from kvbench.engines.adapters import REGISTRY
+
+    for adapter in REGISTRY.values():
+        for tc in adapter.transfer_counters:
+            assert tc.direction in ("onboard", "offload") and tc.unit in ("bytes", "blocks", "tokens"), tc
+            assert tc.source and (tc.tier or tc.tier_label), tc
+            assert tc.name.startswith(adapter.metric_prefixes), (
+                adapter.name,
+                tc.name,
+            )  # kept in metrics.jsonl
+        for ref in (*adapter.queue_gauges, *adapter.kv_usage_gauges):
+            assert ref.source and ref.name.startswith(adapter.metric_prefixes), (adapter.name, ref.name)
+
+
+def test_the_mock_serves_the_names_its_adapter_declares():
+    from kvbench.engines.adapters import get_adapter
+    from kvbench.mock.metrics import MockMetrics
+
+    metrics = MockMetrics("m")
+    metrics.record_prompt(1000, {"G4": 800}, {"G4": 8e6})
+    samples = parse_metrics(metrics.render().decode())
+    names = {name for name, _ in samples}
+    adapter = get_adapter("mock")
+    for ref in (*adapter.transfer_counters, *adapter.queue_gauges, *adapter.kv_usage_gauges):
+        assert ref.name in names, ref.name
+    g4 = [
+        v
+        for (n, labels), v in samples.items()
+        if n == "kvbench_mock_onboard_bytes_total" and ("tier", "G4") in labels
+    ]
+    assert g4 == [8e6]
