@@ -63,6 +63,7 @@ def _register_subcommands() -> None:
         "kvbench.lab.commands",
         "kvbench.trace.commands",
         "kvbench.sweep.commands",
+        "kvbench.twin.commands",
     ):
         __import__(module_name, fromlist=["register"]).register(app)
 

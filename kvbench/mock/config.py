@@ -152,6 +152,23 @@ class Calibration(StrictModel):
     )
 
 
+class FitRecord(StrictModel):
+    """What `kvbench fit` (kvbench.twin) fitted a twin profile to; read by people and the report only."""
+
+    runs: list[str] = Field(description="The run directories the twin was fitted to.")
+    terms: dict[str, dict[str, float | int | str | None]] = Field(
+        description="Per fitted term (prefill, onboard, decode): its coefficients, R^2, residuals, points."
+    )
+    valid: dict[str, float | int | None] = Field(
+        description="Ranges the fit holds for: prompt and cached tokens, the most connections seen."
+    )
+    observed_throughput: list[dict[str, float | int | str | None]] = Field(
+        default_factory=list,
+        description="The throughput phases read (recorded: the mock has no knob to fit).",
+    )
+    notes: list[str] = Field(default_factory=list, description="What was not fitted, and why.")
+
+
 class TieredProfile(StrictModel):
     kind: Literal["tiered"] = "tiered"
     name: str = Field(description="Profile name.")
@@ -176,6 +193,9 @@ class TieredProfile(StrictModel):
     tiers: TiersConfig
     fabric: FabricConfig
     calibration: Calibration | None = Field(default=None, description="Published points the fit uses.")
+    fit: FitRecord | None = Field(
+        default=None, description="Set by `kvbench fit`: this profile is a twin fitted to those runs."
+    )
 
     @property
     def fabric_noise_scale(self) -> float:

@@ -19,15 +19,17 @@ def check_names(scn: Scenario) -> None:
 
 
 def _mock_profile(scn: Scenario) -> None:
-    from kvbench.mock.profiles import load_profile, profile_names
+    from kvbench.mock.profiles import is_profile_path, load_profile, profile_names
 
     name = scn.target.mock_profile
     known = profile_names()
-    if name not in known:
+    if name not in known and not is_profile_path(name):
         raise UsageError(f"target.mock_profile: unknown mock profile {name!r} (known: {', '.join(known)})")
     if scn.target.base_url is None:
         # the embedded mock applies these at start; a bad field must not surface as "mock did not start"
         overrides = {**scn.test.mock_defaults, **scn.target.mock_overrides}
+        if is_profile_path(name):
+            load_profile(name)  # a missing or invalid file: one line naming it, before the overrides
         try:
             load_profile(name, overrides)
         except UsageError as exc:

@@ -7,6 +7,7 @@ fields (dicts merge recursively, other values replace).
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,7 +36,31 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_profile_path(name: str) -> bool:
+    """Whether `name` names a YAML file (one's own profile, e.g. `kvbench fit`'s twin), not a shipped one."""
+    return name.endswith((".yaml", ".yml")) or "/" in name
+
+
+def _raw_file(name: str, seen: tuple[str, ...]) -> dict[str, Any]:
+    path = Path(name)
+    if not path.is_file():
+        raise UsageError(f"--mock-profile {name}: no such profile file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UsageError(f"--mock-profile {name}: not a readable YAML file ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--mock-profile {name}: not a YAML mapping of profile fields")
+    base = data.pop("extends", None)
+    if base is not None:
+        data = _merge(_raw(str(base), (*seen, name)), data)
+    data["name"] = str(data.get("name") or path.stem)
+    return data
+
+
 def _raw(name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    if is_profile_path(name):
+        return _raw_file(name, seen)
     files = _files()
     if name not in files:
         raise UsageError(f"--profile: unknown profile {name!r} (known: {', '.join(sorted(files))})")

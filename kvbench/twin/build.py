@@ -1,0 +1,205 @@
+"""A mock profile fitted to runs: the base profile's shape with the fitted coefficients in it.
+
+The twin is a tiered profile in real time (time_scale 1) whose cache hits all come from ONE tier,
+G4, standing for whatever tier served the system's warm requests (GPU memory, host RAM, a disk or
+networked storage): its latency and bandwidth are the fitted onboarding; G1-G3 cache nothing, so a
+hit is never cheaper than the system's was. G2 still stages the G4 reads, at a bandwidth well above
+the fitted one so the fitted stage stays the bottleneck (as in kvbench.mock.timing's fit).
+
+Not modelled by the mock, so only recorded: the fixed cost per request (the twin's own HTTP and
+client cost stands in for it), the link sharing under noise (the base's fabric knobs are kept), and
+a concurrency term (the mock shares its GPU by processor sharing, with no knob: a throughput run's
+req/s is kept as the concurrency range the twin was fitted beside).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench.errors import UsageError
+from kvbench.mock.config import TieredProfile
+from kvbench.mock.profiles import load_profile, validate_profile
+from kvbench.mock.timing import ModelParams, derive_params
+from kvbench.model.kv_geometry import PRESETS
+from kvbench.model.prefill import prefill_time
+from kvbench.twin import fit as F
+from kvbench.twin.sources import RunData
+
+UNBOUNDED_BW = 1e15  # bytes/s standing for "no measurable transfer cost" (a hit already in place)
+STAGING_HEADROOM = 10.0  # G2 staging bandwidth at least this many times the fitted G4 bandwidth
+
+
+@dataclass(frozen=True)
+class Twin:
+    profile: dict[str, Any]  # the YAML's content, validated as a TieredProfile
+    prefill: F.PrefillFit
+    onboard: F.OnboardFit | None
+    decode: F.DecodeFit | None
+    notes: list[str]
+
+
+def _base(name: str) -> TieredProfile:
+    profile = load_profile(name)
+    if not isinstance(profile, TieredProfile):
+        raise UsageError(f"--base {name}: a tiered profile is needed (this one is {profile.kind})")
+    return profile
+
+
+def _draft(
+    base: TieredProfile, geometry: str, model: str, a: float, c: float, g4: tuple[float, float]
+) -> dict[str, Any]:
+    """The base profile as a dict with the twin's shape and the given prefill and G4 terms."""
+    d = base.model_dump()
+    latency, bw = g4
+    d |= {"geometry": geometry, "model_name": model, "time_scale": 1.0, "calibration": None}
+    d["gpu"] |= {"prefill_linear_s_per_token": a, "prefill_quadratic_s_per_token2": 2.0 * c}
+    for name in ("G1", "G2", "G3"):
+        d["tiers"][name]["enabled"] = False
+    g2 = d["tiers"]["G2"]
+    g2["read_bandwidth_bytes_per_s"] = max(g2["read_bandwidth_bytes_per_s"], STAGING_HEADROOM * bw)
+    d["tiers"]["G4"] |= {
+        "enabled": True,
+        "latency_s": latency,
+        "read_bandwidth_bytes_per_s": bw,
+        "aggregate_bandwidth_bytes_per_s": None,
+    }
+    fabric = d["fabric"]
+    fabric["topology"] = None
+    fabric["capacity_bytes_per_s"] = max(fabric.get("capacity_bytes_per_s") or 0.0, bw)
+    d.pop("fit", None)
+    return d
+
+
+def _params(d: dict[str, Any]) -> ModelParams:
+    return derive_params(validate_profile(d, "fitted profile"))
+
+
+def _warm_rows(
+    runs: list[RunData], params: ModelParams, a: float, c: float, f: float
+) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for r in runs:
+        for p in r.warm:
+            k = min(p.cached, p.tokens)
+            tail = params.chunk_tail_s(params.onboard_chunk_tokens)
+            xs.append(params.kv_bytes(k))
+            ys.append(p.ttft_s - prefill_time(p.tokens, k, a, c) - f - tail)
+    return xs, ys
+
+
+def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model: str | None) -> Twin:
+    """Fit every term the runs allow and return the twin profile (see the module docstring)."""
+    base = _base(base_name)
+    geometry = geometry or base.geometry
+    if geometry not in PRESETS:
+        raise UsageError(f"--model: unknown KV geometry {geometry!r} (known: {', '.join(sorted(PRESETS))})")
+    served = model or next((r.model for r in runs if r.model), None) or base.model_name
+    cold = [p for r in runs for p in r.cold]
+    try:
+        pf = F.fit_cold([p.tokens for p in cold], [p.ttft_s for p in cold])
+    except ValueError as exc:
+        raise UsageError(f"{runs[0].run_dir}: {exc}") from None
+    notes = [
+        f"fixed cost per request {pf.fixed_s * 1e3:.3g} ms: not in the mock's model (the twin's own "
+        "HTTP/client cost stands in for it); subtracted from the warm rows before the onboarding fit"
+    ]
+    g4: tuple[float, float] = (0.0, UNBOUNDED_BW)
+    onboard = None
+    if any(r.warm for r in runs):
+        for _ in range(2):  # the staging bandwidth follows the fitted one; refit with its chunk tail
+            xs, ys = _warm_rows(
+                runs, _params(_draft(base, geometry, served, pf.a, pf.c, g4)), pf.a, pf.c, pf.fixed_s
+            )
+            onboard = F.fit_onboard(xs, ys)
+            g4 = (onboard.latency_s, onboard.bandwidth_bytes_per_s or UNBOUNDED_BW)
+        if onboard is not None and onboard.bandwidth_bytes_per_s is None:
+            notes.append(
+                "warm TTFT does not grow with the cached bytes: the serving tier's bandwidth is unbounded"
+            )
+    else:
+        notes.append("no warm rows: the serving tier is not fitted (latency 0, bandwidth unbounded)")
+    draft = _draft(base, geometry, served, pf.a, pf.c, g4)
+    decode = _decode(runs, _params(draft), draft, notes)
+    concurrency = [t.concurrency for r in runs for t in r.throughput] or [1]
+    draft["tiers"]["G4"]["aggregate_bandwidth_bytes_per_s"] = g4[1] * max(concurrency)
+    draft["fabric"]["capacity_bytes_per_s"] = max(
+        draft["fabric"]["capacity_bytes_per_s"], g4[1] * max(concurrency)
+    )
+    notes.append(
+        f"no contention between concurrent reads up to {max(concurrency)} (aggregate = bandwidth x the "
+        "most connections seen); noise link sharing not fitted (the base's fabric knobs kept)"
+    )
+    if any(r.throughput for r in runs):
+        notes.append(
+            "the mock's GPU is processor-shared with no concurrency knob: "
+            "throughput rows are recorded, not fitted"
+        )
+    twin = Twin(draft, pf, onboard, decode, notes)
+    draft["fit"] = fit_section(runs, twin)
+    draft["description"] = f"Twin fitted by kvbench fit to {', '.join(str(r.run_dir) for r in runs)}"
+    _params(draft)  # the mock must accept its own twin
+    return twin
+
+
+def _decode(
+    runs: list[RunData], params: ModelParams, draft: dict[str, Any], notes: list[str]
+) -> F.DecodeFit | None:
+    itl = [pt for r in runs for pt in r.itl]
+    if not itl:
+        notes.append("no inter-token times: the decode step is the base profile's")
+        return None
+    fit = F.fit_decode([params.kv_bytes(n) for n, _ in itl], [s for _, s in itl])
+    draft["gpu"]["decode_step_base_s"] = fit.base_s
+    draft["gpu"]["hbm_bandwidth_bytes_per_s"] = fit.hbm_bytes_per_s or UNBOUNDED_BW
+    return fit
+
+
+def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
+    """The profile's `fit:` record: the runs, each term's coefficients and quality, the valid ranges."""
+    terms: dict[str, dict[str, Any]] = {
+        "prefill": {
+            "a_s_per_token": twin.prefill.a,
+            "c_s_per_token2": twin.prefill.c,
+            "fixed_s": twin.prefill.fixed_s,
+            "method": twin.prefill.method,
+        }
+        | twin.prefill.quality.as_dict()
+    }
+    if twin.onboard is not None:
+        terms["onboard"] = {
+            "tier": "G4",
+            "latency_s": twin.onboard.latency_s,
+            "bandwidth_bytes_per_s": twin.onboard.bandwidth_bytes_per_s,
+        } | twin.onboard.quality.as_dict()
+    if twin.decode is not None:
+        terms["decode"] = {
+            "step_base_s": twin.decode.base_s,
+            "hbm_bytes_per_s": twin.decode.hbm_bytes_per_s,
+        } | twin.decode.quality.as_dict()
+    cold = [p.tokens for r in runs for p in r.cold]
+    cached = [p.cached for r in runs for p in r.warm]
+    tput = [t for r in runs for t in r.throughput]
+    valid: dict[str, Any] = {
+        "prompt_tokens_min": min(cold),
+        "prompt_tokens_max": max(cold),
+        "cached_tokens_min": min(cached) if cached else None,
+        "cached_tokens_max": max(cached) if cached else None,
+        "concurrency_max": max((t.concurrency for t in tput), default=1),
+    }
+    observed = [
+        {
+            "label": t.label,
+            "concurrency": t.concurrency,
+            "requests_per_s": t.requests_per_s,
+            "ttft_p50_s": t.ttft_p50_s,
+        }
+        for t in tput
+    ]
+    return {
+        "runs": [str(r.run_dir) for r in runs],
+        "terms": terms,
+        "valid": valid,
+        "observed_throughput": observed,
+        "notes": twin.notes,
+    }

@@ -1,0 +1,105 @@
+"""`kvbench fit`: read the runs, fit the twin, write its profile YAML and print what was fitted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from kvbench.twin.build import Twin
+
+FIT_HELP = """Fit a mock profile (a twin) to your own runs, then run any scenario on it.
+
+\b
+  kvbench run ttft --base-url http://127.0.0.1:8000 --lengths 1k,4k,8k,16k
+  kvbench fit results/<that run> -o my-twin.yaml
+  kvbench run throughput --mock-profile ./my-twin.yaml --set target.mock_overrides={}
+  kvbench compare results/<real throughput run> results/<twin run>
+
+A TTFT run's cold rows give the prefill cost (a*n + c*n^2 + fixed), its warm rows the serving tier's
+onboarding latency and bandwidth (as G4), its inter-token times the decode step. Fit quality (R^2,
+residuals, points) and the ranges the fit holds for go into the profile's `fit:` section. The twin
+runs in real time: clear a scenario's pace override (ttft sets time_scale 0.1) with
+--set target.mock_overrides={}.
+"""
+
+
+def fit_cmd(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories (a TTFT run; throughput runs too).")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile YAML to write.")] = Path(
+        "twin.yaml"
+    ),
+    base: Annotated[
+        str, typer.Option(help="Mock profile the twin starts from (its shape and knobs).")
+    ] = "ibm-g4",
+    model: Annotated[
+        str | None, typer.Option(help="KV geometry preset (bytes per token); default: the base's.")
+    ] = None,
+) -> None:
+    from kvbench.errors import UsageError
+    from kvbench.twin.build import build_twin
+    from kvbench.twin.sources import read_runs
+
+    twin = build_twin(read_runs(list(run_dirs)), base, model, None)
+    twin.profile["name"] = output.stem
+    try:
+        output.write_text(render_yaml(twin.profile), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"-o {output}: cannot write ({exc.strerror or type(exc).__name__})") from None
+    for line in summary_lines(twin, output, base):
+        print(line)
+
+
+def render_yaml(profile: dict[str, Any]) -> str:
+    import yaml
+
+    head = (
+        "# A twin written by `kvbench fit`: a mock profile fitted to the runs under fit.runs.\n"
+        "# Run it: kvbench run SCENARIO --mock-profile THIS_FILE --set target.mock_overrides={}\n"
+        "# What-if: --set target.mock_overrides='{tiers.G4.read_bandwidth_bytes_per_s: ...}'\n"
+    )
+    return head + yaml.safe_dump(profile, sort_keys=False, width=100)
+
+
+def _q(term: dict[str, Any]) -> str:
+    r2 = term.get("r2")
+    r2_text = "n/a" if r2 is None else f"{r2:.4f}"
+    return (
+        f"R^2 {r2_text}, {term['points']} points, rmse {term['rmse_s'] * 1e3:.3g} ms, "
+        f"worst {term['max_rel_residual'] * 100:.1f}%"
+    )
+
+
+def summary_lines(twin: Twin, output: Path, base: str) -> list[str]:
+    fit = twin.profile["fit"]
+    t, v = fit["terms"], fit["valid"]
+    p = t["prefill"]
+    lines = [
+        f"twin: {output} (from {len(fit['runs'])} run(s), base shape {base})",
+        f"  prefill  a={p['a_s_per_token']:.4g} s/token  c={p['c_s_per_token2']:.4g} s/token^2  "
+        f"fixed={p['fixed_s'] * 1e3:.3g} ms   {_q(p)}",
+    ]
+    if "onboard" in t:
+        o = t["onboard"]
+        bw = o["bandwidth_bytes_per_s"]
+        bw_text = "unbounded" if bw is None else f"{bw / 1e9:.4g} GB/s"
+        lines.append(f"  onboard  latency={o['latency_s'] * 1e3:.3g} ms  bandwidth={bw_text}   {_q(o)}")
+    if "decode" in t:
+        d = t["decode"]
+        lines.append(f"  decode   step={d['step_base_s'] * 1e3:.3g} ms + KV/HBM   {_q(d)}")
+    cached = f", cached {v['cached_tokens_min']}-{v['cached_tokens_max']}" if v["cached_tokens_max"] else ""
+    lines.append(
+        f"  valid for prompts {v['prompt_tokens_min']}-{v['prompt_tokens_max']} tokens{cached}, "
+        f"up to {v['concurrency_max']} connection(s)"
+    )
+    lines += [f"  note: {n}" for n in fit["notes"]]
+    lines.append(f"run on it: kvbench run ttft --mock-profile {output} --set target.mock_overrides={{}}")
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit", help=FIT_HELP)(fit_cmd)

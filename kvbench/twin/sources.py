@@ -1,0 +1,105 @@
+"""What `kvbench fit` reads from a run directory: TTFT points, inter-token times, throughput phases.
+
+Through `kvbench.results` only (load_record for the manifest, read_jsonl for requests.jsonl); a
+directory that is missing or is not a run is one UsageError line naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvbench.errors import UsageError
+from kvbench.results import REQUESTS, read_jsonl
+from kvbench.results.reading import load_record
+
+WARM_LABELS = ("warm", "evicted-warm")  # a TTFT test's second request of the same prompt
+THROUGHPUT_LABELS = ("cached", "baseline", "quiet")  # quiet phases only: noise is not fitted
+
+
+@dataclass(frozen=True)
+class TtftPoint:
+    tokens: int  # prompt tokens as the server counted them (the client's count when it did not say)
+    cached: int  # tokens the server reported cached
+    ttft_s: float
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    label: str
+    concurrency: int
+    requests_per_s: float
+    ttft_p50_s: float | None
+    requests: int
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    model: str | None
+    cold: list[TtftPoint] = field(default_factory=list)
+    warm: list[TtftPoint] = field(default_factory=list)
+    itl: list[tuple[int, float]] = field(default_factory=list)  # (context tokens, mean step s)
+    throughput: list[ThroughputPoint] = field(default_factory=list)
+
+
+def _tokens(row: dict[str, Any]) -> int | None:
+    n = row.get("prompt_tokens_server") or row.get("prompt_tokens")
+    return int(n) if isinstance(n, int | float) and n > 0 else None
+
+
+def _point(row: dict[str, Any]) -> TtftPoint | None:
+    n, ttft = _tokens(row), row.get("ttft_ms")
+    if n is None or not isinstance(ttft, int | float) or ttft <= 0:
+        return None
+    return TtftPoint(tokens=n, cached=int(row.get("cached_tokens") or 0), ttft_s=float(ttft) / 1e3)
+
+
+def read_run(run_dir: Path | str) -> RunData:
+    """One run directory's fit inputs (UsageError: missing, not a run, or nothing to fit)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such run directory")
+    record = load_record(path)
+    m = record.manifest
+    data = RunData(run_dir=path, model=m.target.model)
+    rows = [r for r in read_jsonl(path / REQUESTS) if r.get("status") == "ok"]
+    ttft_phases = {p.name for p in m.phases if p.label == "ttft"}
+    for r in rows:
+        if r.get("phase") not in ttft_phases:
+            continue
+        point = _point(r)
+        if point is None:
+            continue
+        if r.get("label") == "cold" and point.cached == 0:
+            data.cold.append(point)
+        elif r.get("label") in WARM_LABELS and point.cached > 0:
+            data.warm.append(point)
+        itl, out = r.get("itl_ms_mean"), r.get("output_tokens")
+        if isinstance(itl, int | float) and itl > 0 and isinstance(out, int) and out > 1:
+            data.itl.append((point.tokens + out // 2, float(itl) / 1e3))
+    concurrency = m.load.concurrency if m.load is not None else 1
+    for p in m.phases:
+        if p.label in THROUGHPUT_LABELS and p.requests_ok_per_s:
+            ttfts = sorted(
+                float(r["ttft_ms"]) / 1e3
+                for r in rows
+                if r.get("phase") == p.name and isinstance(r.get("ttft_ms"), int | float)
+            )
+            p50 = ttfts[len(ttfts) // 2] if ttfts else None
+            data.throughput.append(
+                ThroughputPoint(p.label, concurrency, float(p.requests_ok_per_s), p50, p.requests)
+            )
+    return data
+
+
+def read_runs(run_dirs: list[Path]) -> list[RunData]:
+    """Every run's inputs; UsageError when none of them has cold TTFT rows to fit the prefill to."""
+    if not run_dirs:
+        raise UsageError("kvbench fit: name at least one run directory")
+    runs = [read_run(d) for d in run_dirs]
+    if not any(r.cold for r in runs):
+        names = ", ".join(str(r.run_dir) for r in runs)
+        raise UsageError(f"{names}: no cold TTFT rows (run `kvbench run ttft` against the system first)")
+    return runs
