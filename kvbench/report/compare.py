@@ -58,6 +58,38 @@ def phase_table(names: list[str], summaries: list[RunSummary]) -> Table:
     return Table([h.format(base=names[0]) for h in PHASE_HEAD], rows)
 
 
+ERROR_HEAD = ["run", "metric", "{base}", "this run", "error vs {base}"]
+
+
+def _err(value: float | None, base: float | None) -> str:
+    return f"{(value - base) / base * 100:+.1f}%" if base and value is not None else "n/a"
+
+
+def error_table(names: list[str], summaries: list[RunSummary]) -> Table:
+    """Each later run's relative error against the first (a twin's prediction error vs the real run)."""
+    base = summaries[0]
+    phases = {p.label: p for p in base.phases}
+    lengths = {(r.label, r.tokens): r.ttft_p50_ms for r in base.ttft_by_length}
+    rows = []
+    for n, s in zip(names[1:], summaries[1:], strict=True):
+        for p in s.phases:
+            b = phases.get(p.label)
+            if b is None:
+                continue
+            for metric, v, bv in (
+                ("req/s", p.requests_per_s, b.requests_per_s),
+                ("TTFT p50 (ms)", p.ttft_ms.p50, b.ttft_ms.p50),
+                ("E2E p50 (ms)", p.e2e_ms.p50, b.e2e_ms.p50),
+            ):
+                rows.append([n, f"{p.label}: {metric}", fmt(bv), fmt(v), _err(v, bv)])
+        for r in s.ttft_by_length:
+            bv = lengths.get((r.label, r.tokens))
+            if bv is not None:
+                row = [n, f"{r.label} TTFT p50 at {r.tokens} tokens (ms)", fmt(bv), fmt(r.ttft_p50_ms)]
+                rows.append([*row, _err(r.ttft_p50_ms, bv)])
+    return Table([h.format(base=names[0]) for h in ERROR_HEAD], rows)
+
+
 def effect_rows(names: list[str], summaries: list[RunSummary]) -> list[list[str]]:
     """The within-run effects: cached vs baseline, noisy vs quiet."""
     rows = []
@@ -105,6 +137,11 @@ def compare_tables(names: list[str], summaries: list[RunSummary]) -> list[Sectio
             [Table(["run", "test", "status", "simulated", "target", "requests"], overview)],
         ),
         Section("Per phase and label", [], [phase_table(names, summaries)]),
+        Section(
+            "Relative error vs the first run (a twin's prediction error when it is the real run)",
+            [],
+            [error_table(names, summaries)],
+        ),
     ]
     speed_rows = [
         [n, fmt(sp.tokens), sp.label, fmt(sp.speedup), fmt_ci(sp.speedup_ci)]
@@ -176,6 +213,7 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
     write_json(out / "summary.json", {"baseline": names[0], "runs": summaries})
     if not quiet:
         print_table(phase_table(names, summaries), f"compare (baseline: {names[0]})")
+        print_table(error_table(names, summaries), f"relative error vs {names[0]}")
         effects = effect_rows(names, summaries)
         if effects:
             print_table(Table(EFFECT_HEAD, effects), "within-run effects")

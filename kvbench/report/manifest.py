@@ -113,6 +113,10 @@ class RunManifest:
             return None, ""
         return geometry, f"mock profile {self.mock_profile_name}"
 
+    def mock_profile_model(self) -> Any:
+        """The run's mock profile as a model (a shipped one or a profile file), None when unreadable."""
+        return _shipped_profile(self.mock_profile_name) if self.manifest.simulated else None
+
     def time_scale(self) -> TimeScale:
         if not self.manifest.simulated:
             return TimeScale(value=1.0, source="real server")

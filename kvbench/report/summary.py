@@ -47,6 +47,12 @@ def simulated_banner(run: RunManifest) -> str | None:
     m = run.manifest
     if m.simulated:
         profile = m.target.mock_profile or "default"
+        fitted = getattr(run.mock_profile_model(), "fit", None)
+        if fitted is not None:  # a twin written by `kvbench fit`
+            return (
+                f"PREDICTION from a twin fitted to {', '.join(fitted.runs)} (kvbench's mock, profile "
+                f"{profile}), not a measurement."
+            )
         return (
             f"SIMULATED: these figures come from kvbench's mock server (profile {profile}), "
             "not from real hardware."

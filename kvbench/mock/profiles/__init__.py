@@ -54,7 +54,7 @@ def _raw_file(name: str, seen: tuple[str, ...]) -> dict[str, Any]:
     base = data.pop("extends", None)
     if base is not None:
         data = _merge(_raw(str(base), (*seen, name)), data)
-    data["name"] = str(data.get("name") or path.stem)
+    data["name"] = str(path.resolve())  # as a shipped profile is named by its file: runs record where it is
     return data
 
 
