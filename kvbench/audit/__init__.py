@@ -105,7 +105,11 @@ would need is solved for and shown); ``invalid`` when it cannot be judged. Bound
 sizing checks end in ``finding``, ``ok`` or ``invalid`` (one status, rendered in the text and
 the JSON alike); ``kvbench audit --strict`` exits 1 on any discrepancy, finding or invalid item.
 
-For a discrepancy, alternative readings are searched generically over the
+For a discrepancy, alternative readings are searched: the claim's own computation read as a
+slip (`slips.py`: a percentage's other base, points for percent, the inverse ratio, GB for GiB,
+a unit-prefix slip, bits for bytes, one count for another, a dropped count of GPUs or nodes) and
+the file's other figures and pairs of them (`readings.py`). A reading is shown only when it
+gives the stated value within its rounding, and it names its slip.
 """
 
 from __future__ import annotations
