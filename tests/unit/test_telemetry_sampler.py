@@ -91,3 +91,40 @@ async def test_a_server_without_metrics_is_asked_once(tmp_path: Path):
         assert await sampler.scrape("after") is None
     await runner.cleanup()
     assert len(ports) == 1 and not sampler.enabled
+
+
+async def test_rows_go_to_disk_and_memory_stays_flat(tmp_path: Path):
+    """An hour at 0.1 s is 36,000 scrapes: the sampler must keep none of them."""
+    import tracemalloc
+
+    from kvbench.results import JsonlWriter as Writer
+
+    samples = {
+        (f"node_network_receive_bytes_total_{i}", (("device", f"eth{i}"),)): float(i) for i in range(50)
+    }
+
+    async def read(session: Any) -> dict[Any, float]:
+        return samples
+
+    engine: Any = Scraper(None, None, origin_ns=0, enabled=False)  # type: ignore[arg-type]
+    sampler = Sampler(engine, [], tmp_path)
+    src = Source("fake", "node", read)
+    writer = Writer(tmp_path / "telemetry.jsonl")
+    for _ in range(200):  # warm up: caches, interned strings
+        await sampler.sample(src, None, writer, "cached")
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for _ in range(1000):
+        await sampler.sample(src, None, writer, "cached")
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    writer.close()
+    assert sampler.rows_written == 1200 * 50
+    assert grown < 64 * 1024, grown  # 50,000 rows written, next to nothing held
+
+
+def test_an_exporter_url_with_credentials_is_named_without_them():
+    from kvbench.telemetry.sampler import exporter_source
+
+    src = exporter_source("http://user:secret@gpu:9400/metrics", "dcgm", 1.0)
+    assert "secret" not in src.name and src.name == "http://gpu:9400/metrics"
