@@ -9,9 +9,11 @@ a block of N words is N tokens wherever it sits; the first block is shortened by
 tokens the server adds (BOS), so the prompt the server counts is input_length tokens and the
 engine's own blocks fall on the trace's block boundaries.
 
-Cold by construction: the per-run salt (a few random words) opens the first block of every
-root, inside its block_tokens (the block keeps its length), so no block of this run can match
-anything cached before it, while every prefix shared inside the run stays shared.
+Cold by construction: a salt (a few random words) opens the first block of every root, inside
+its block_tokens (the block keeps its length), so no block of this run can match anything cached
+before it, while every prefix shared inside the run stays shared. The words are drawn from the
+run's salt and the root's id together: one salt for every root would itself be a prefix all roots
+share, and a token-level cache (llama.cpp's slot, SGLang's radix tree) would report it as a hit.
 
 Memory: nothing here holds the trace. `realise` is a generator over rows; block texts are
 remembered in a bounded LRU (recently used ids are the ones a prefix shares next), never all.
@@ -23,6 +25,7 @@ mock) can have exactly, not only within one trace block.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -90,7 +93,11 @@ class BlockText:
         self.block_tokens = block_tokens
         self.seed = seed
         self._vocab = np.array(list(words), dtype=object)
-        self._salt = salt.split()
+        # the run's random salt as a seed: each root's salt words come from it and the root's id
+        self._salt_seed = (
+            int.from_bytes(hashlib.blake2b(salt.encode(), digest_size=8).digest()) if salt else None
+        )
+        self._salt_words = len(salt.split())
         self._cache: OrderedDict[tuple[int, bool], list[str]] = OrderedDict()
         self._cache_blocks = max(64, CACHE_BYTES // (6 * max(block_tokens, 1)))
 
@@ -105,11 +112,17 @@ class BlockText:
         n = self.block_tokens - (special if first else 0)
         rng = np.random.default_rng([self.seed, hash_id & _MASK64, (hash_id >> 64) & _MASK64, 0xB10C])
         drawn: list[str] = self._vocab[rng.integers(0, len(self._vocab), max(n, 0))].tolist()
-        words = (self._salt + drawn)[: max(n, 0)] if first else drawn
+        words = (self._root_salt(hash_id) + drawn)[: max(n, 0)] if first else drawn
         self._cache[key] = words
         if len(self._cache) > self._cache_blocks:
             self._cache.popitem(last=False)
         return words
+
+    def _root_salt(self, hash_id: int) -> list[str]:
+        if self._salt_seed is None:
+            return []
+        rng = np.random.default_rng([self._salt_seed, hash_id & _MASK64, (hash_id >> 64) & _MASK64, 0x5A17])
+        return list(self._vocab[rng.integers(0, len(self._vocab), self._salt_words)].tolist())
 
 
 def prompt_text(row: TraceRow, blocks: BlockText, special: int) -> tuple[str, int]:
