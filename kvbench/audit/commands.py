@@ -50,9 +50,9 @@ Claims file (YAML):
     # kvbench/audit/__init__.py's docstring; see ibm-g4.yaml
 Units (checked; all of them: kvbench audit --units):
 s ms min h, B kB KB MB GB TB KiB MiB GiB TiB, bit kbit Mbit
-Gbit Tbit (1/8 B), tokens requests prompts connections clients
-GPUs nodes ..., req/s GB/s B/token s/request, x %; "1" is the
-unit of a plain number; a file's `units:` list of words adds
+Gbit Tbit (1/8 B), Gbps, tokens requests prompts connections
+clients GPUs nodes ..., req/s GB/s B/token s/request, x %; "1" is
+the unit of a plain number; a file's `units:` list of words adds
 counted things.
 decimals: "18%" = 0 means [17.5, 18.5); "24 million" = -6;
 default: as the number is written (0.25 -> 2, 200 -> 0).

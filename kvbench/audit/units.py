@@ -50,6 +50,7 @@ COUNTS: dict[str, tuple[str, ...]] = {
     "steps": ("step",),
 }
 _DIMENSIONLESS = {"": Fraction(1), "x": Fraction(1), "%": Fraction(1, 100), "1": Fraction(1)}
+_DIMENSIONLESS["percent"] = _DIMENSIONLESS["%"]
 #: words a writer uses for a plain number; the fix is the unit "1"
 _PLAIN_WORDS = {"count", "counts", "number", "num", "#", "n", "items", "times", "ratio", "fraction"}
 
@@ -63,7 +64,8 @@ class UnitError(ValueError):
 
 
 def builtin_words() -> list[str]:
-    """Every single word the table knows (for suggestions and for refusing shadowing declarations)."""
+    """The words suggested for an unknown one (the rate words Gbps, Mbps ... parse but are not offered:
+    "Gb" is a bit count, not a rate)."""
     words = list(_DIMENSIONLESS) + list(_TIME) + list(_TIME_WORDS) + list(_BYTE_WORDS)
     words += [p + "B" for p in (*_PREFIX, *_BINARY)] + [p + "bit" for p in _PREFIX]
     for plural, forms in COUNTS.items():
@@ -78,10 +80,10 @@ def known_units() -> str:
         [
             "time:          ns us ms s min h (also sec, seconds, minutes, hours)",
             "bytes:         B kB KB MB GB TB PB, KiB MiB GiB TiB PiB (binary), byte(s)",
-            "bits:          bit kbit Mbit Gbit Tbit (1 bit = 1/8 B)",
+            "bits:          bit kbit Mbit Gbit Tbit (1 bit = 1/8 B); Mbps Gbps = Mbit/s Gbit/s",
             f"counted:       {counts}",
             "               SI prefixes on counts: ktokens, Mtokens; a file's `units: [word]` adds more",
-            'dimensionless: "1" (a plain number), x (a ratio), % (= 0.01), or no unit',
+            'dimensionless: "1" (a plain number), x (a ratio), % or percent (= 0.01), or no unit',
             "combinations:  * and / (or ' per '): req/s, GB/s, B/token, s/request, tokens*s",
         ]
     )
@@ -123,6 +125,8 @@ def _atom(name: str, extra: frozenset[str]) -> tuple[dict[str, int], Fraction]:
         return {"bytes": 1}, _BINARY.get(p, _PREFIX.get(p, Fraction(1)))
     if name.endswith("bit") and name[:-3] in _PREFIX:
         return {"bytes": 1}, _PREFIX[name[:-3]] / 8
+    if name.endswith("bps") and name[:-3] in _PREFIX:  # "Gbps", as network papers write bit/s
+        return {"bytes": 1, "time": -1}, _PREFIX[name[:-3]] / 8
     word = count_word(name, extra)
     if word is not None:
         return {word: 1}, Fraction(1)

@@ -54,3 +54,6 @@ def test_bits_and_the_plain_number_are_in_the_table():
     assert parse_unit("Gbit/s").factor == pytest.approx(1e9 / 8)
     assert parse_unit("1").dims == () and '"1" (a plain number)' in known_units()
     assert "Gbit" in known_units()
+    assert parse_unit("Gbps").dims == parse_unit("GB/s").dims
+    assert parse_unit("Gbps").factor == parse_unit("Gbit/s").factor
+    assert parse_unit("percent").factor == parse_unit("%").factor
