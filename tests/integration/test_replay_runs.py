@@ -165,3 +165,25 @@ def test_cli_bad_trace_row_is_one_line(tmp_path, run_cli):
     assert code == 2
     (line,) = [x for x in err.splitlines() if x.strip()]
     assert f"{bad}:2: input_length" in line and "Traceback" not in err
+
+
+async def test_bailian_turns_replay_in_trace_order(tmp_path):
+    # Bailian: 16-token blocks (the mock's own), parent_chat_id chains; a later turn carries the
+    # earlier turn's ids first, so its reuse is the trace's structure with nothing rebuilt
+    trace = tmp_path / "bailian.jsonl"
+    rows = [
+        {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 40, "output_length": 2,
+         "type": "text", "turn": 1, "hash_ids": [11, 12, 13]},
+        {"chat_id": 2, "parent_chat_id": -1, "timestamp": 0.01, "input_length": 20, "output_length": 2,
+         "type": "text", "turn": 1, "hash_ids": [21, 22]},
+        {"chat_id": 3, "parent_chat_id": 1, "timestamp": 0.02, "input_length": 70, "output_length": 2,
+         "type": "text", "turn": 2, "hash_ids": [11, 12, 14, 15, 16]},
+        {"chat_id": 4, "parent_chat_id": 3, "timestamp": 0.03, "input_length": 90, "output_length": 2,
+         "type": "text", "turn": 3, "hash_ids": [11, 12, 14, 15, 16, 17]},
+    ]  # fmt: skip
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, got, _, mock_hits = await replay(tmp_path, trace, **{"test.schedule": "fixed"})
+    assert [r["session"] for r in got] == ["1", "2", "1", "1"]
+    # chat 3 reuses chat 1's two whole blocks; chat 4 all but its last partial block of chat 3's
+    assert [r["expected_cached_tokens"] for r in got] == [0, 0, 32, 80]
+    assert mock_hits == [r["engine_expected_tokens"] for r in got] == [0, 0, 32, 64]
