@@ -56,7 +56,11 @@ def _mark_phases(ax: Axes, sl: pd.DataFrame, label: bool, xlim: tuple[float, flo
 
 
 def _step(ax: Axes, sl: pd.DataFrame, col: str, **kw: object) -> None:
-    ax.step(sl["t_s"] + sl["slice_s"], sl[col], where="pre", **kw)  # type: ignore[arg-type]
+    """One flat segment per slice (a NaN slice is a gap)."""
+    import numpy as np
+
+    edges = np.append(sl["t_s"].to_numpy(dtype=float), float(sl["t_s"].iloc[-1] + sl["slice_s"].iloc[-1]))
+    ax.stairs(sl[col].to_numpy(dtype=float), edges, baseline=None, **kw)  # type: ignore[arg-type]
 
 
 def _requests(ax: Axes, sl: pd.DataFrame) -> None:
@@ -200,9 +204,10 @@ def save_slice_plots(run_dir: Path, sl: pd.DataFrame, scatter: pd.DataFrame) -> 
     out: list[Path] = []
     if sl.empty:
         return out
-    out.append(_figure(sl, run_dir / "over_time.png", "The run over time"))
-    if (zoom := zoom_span(sl)) is not None:
-        out.append(_figure(sl, run_dir / "over_time_phases.png", "The measured phases over time", zoom))
+    if len(sl) >= 3:  # one or two slices are a table row or two, not a picture over time
+        out.append(_figure(sl, run_dir / "over_time.png", "The run over time"))
+        if (zoom := zoom_span(sl)) is not None:
+            out.append(_figure(sl, run_dir / "over_time_phases.png", "The measured phases over time", zoom))
     if not scatter.empty and scatter["onboard_gb"].gt(0).any():
         fig, (ax,) = plots.new_figure(width=6.5)
         for noisy, color, name in ((True, "#c44e52", "noise on"), (False, "#4c72b0", "quiet")):
