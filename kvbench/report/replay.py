@@ -183,6 +183,27 @@ def replay_section(run_dir: Path) -> Section | None:
     return Section("Replay: hits vs the trace", paras, tables)
 
 
+def key_rows(run_dir: Path) -> list[list[str]]:
+    """The terminal's key table: reported hits beside the trace's ideal, TTFT and lateness."""
+    df = replay_frame(run_dir)
+    ok = df[df["status"] == "ok"] if len(df) else df
+    if not len(ok):
+        return []
+    tokens = float(ok["input_length"].sum())
+    ideal = 100 * float(ok["expected_cached_tokens"].sum()) / tokens
+    reported = 100 * float(ok["cached_tokens"].fillna(0).sum()) / tokens
+    late = ok["dispatch_delay_ms"].dropna()
+    return [
+        [
+            "replay hits",
+            "trace ideal -> reported",
+            f"{ideal:.1f}% -> {reported:.1f}% of prompt tokens",
+            f"TTFT p50 {fmt(float(ok['ttft_ms'].median()))} ms, lateness p99 "
+            f"{fmt(float(late.quantile(0.99))) if len(late) else 'n/a'} ms",
+        ]
+    ]
+
+
 def plot_ttft_vs_share(ax: Axes, df: pd.DataFrame) -> None:
     ok = df[(df["status"] == "ok") & df["ttft_ms"].notna()]
     measured = ok["cached_tokens"] / ok["input_length"].clip(lower=1)

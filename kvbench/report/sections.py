@@ -22,10 +22,7 @@ def load_rows(load: LoadShape | None, source: str | None = None) -> list[list[st
     if load.kind == "concurrent":
         shape = f"concurrent, {fmt(load.concurrency)} connections kept busy (closed loop)"
     elif load.kind == "rate":
-        shape = (
-            f"rate, {fmt(load.rate)} requests/s, "
-            f"at most {fmt(load.concurrency)} in flight (open loop)"
-        )
+        shape = f"rate, {fmt(load.rate)} requests/s, at most {fmt(load.concurrency)} in flight (open loop)"
     elif load.kind == "sequential":
         shape = "sequential, one request at a time"
     else:
@@ -380,6 +377,10 @@ def key_table(summary: RunSummary) -> Table:
                 f"{fmt(t['ttft_baseline_ms'])} -> {fmt(t['ttft_cached_ms'])} ms",
             ]
         )
+    if summary.run.test == "replay":
+        from kvbench.report.replay import key_rows
+
+        rows += key_rows(Path(summary.run.run_dir))
     if not rows:
         for p in summary.phases:
             rows.append(
