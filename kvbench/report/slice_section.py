@@ -42,7 +42,8 @@ def _sizes(run: Any, geometry: str | None) -> Any:
     from kvbench.report.slices import Sizes
 
     try:
-        geo, _ = geometry_for_target(*run.mock_profile_geometry(), geometry, run.manifest.target.model or "")
+        profile_geometry, where = run.mock_profile_geometry()
+        geo, _ = geometry_for_target(profile_geometry, where, geometry, run.manifest.target.model or "")
     except Exception:  # no geometry is an answer here: counts in tokens stay tokens
         geo = None
     return Sizes(bytes_per_token=geo.bytes_per_token() if geo is not None else None)
@@ -113,8 +114,7 @@ def slices_table(sl: pd.DataFrame) -> Table:
     ]
     headers = ["t (s)", "phase", *[h for _, h in shown]]
     rows = []
-    for r in sl.itertuples(index=False):
-        d = r._asdict()
+    for d in sl.to_dict("records"):
         phase = (d["phase"] or "-") + (" (noise)" if d["noisy"] else "")
         rows.append([fmt(float(d["t_s"])), phase, *[_cell(d[c]) for c, _ in shown]])
     return Table(headers, rows)

@@ -409,17 +409,17 @@ def onboard_vs_ttft(requests: pd.DataFrame, truth: Sequence[Mapping[str, Any]]) 
     if requests.empty:
         return pd.DataFrame(columns=["request_id", "phase", "noise_active", "ttft_ms", "onboard_gb"])
     ok = requests[(requests["status"] == "ok") & requests["ttft_ms"].notna() & (requests["label"] != "probe")]
-    for r in ok.itertuples(index=False):
-        t = by_id.get(r.request_id)
+    for r in ok.to_dict("records"):
+        t = by_id.get(r["request_id"])
         if t is None:
             continue
         tiers = {k: float(v or 0.0) for k, v in (t.get("bytes_from_tier") or {}).items()}
         rows.append(
             {
-                "request_id": r.request_id,
-                "phase": r.phase,
-                "noise_active": bool(getattr(r, "noise_active", False)),
-                "ttft_ms": float(r.ttft_ms),
+                "request_id": r["request_id"],
+                "phase": r["phase"],
+                "noise_active": bool(r.get("noise_active", False)),
+                "ttft_ms": float(r["ttft_ms"]),
                 "onboard_gb": sum(tiers.values()) / GB,
                 **{f"onboard_{k}_gb": v / GB for k, v in tiers.items()},
             }
