@@ -187,3 +187,19 @@ async def test_bailian_turns_replay_in_trace_order(tmp_path):
     # chat 3 reuses chat 1's two whole blocks; chat 4 all but its last partial block of chat 3's
     assert [r["expected_cached_tokens"] for r in got] == [0, 0, 32, 80]
     assert mock_hits == [r["engine_expected_tokens"] for r in got] == [0, 0, 32, 64]
+
+
+def test_cli_fixed_schedule_needs_arrival_order(tmp_path, monkeypatch, capsys):
+    shuffled = tmp_path / "shuffled.jsonl"
+    shuffled.write_text(
+        '{"timestamp": 10, "input_length": 100, "output_length": 2, "hash_ids": [1]}\n'
+        '{"timestamp": 5, "input_length": 100, "output_length": 2, "hash_ids": [2]}\n'
+    )
+    args = ("run", "replay", "--trace", str(shuffled), "-q", "--no-report")
+    code, _, err = cli(monkeypatch, capsys, *args, "--output-dir", str(tmp_path / "a"))
+    assert code == 2 and f"{shuffled}:2: timestamp: goes back in time" in err and "Traceback" not in err
+    # a closed loop in trace order does not need it
+    code, out, err = cli(
+        monkeypatch, capsys, *args, "--output-dir", str(tmp_path / "b"), "--set", "test.schedule=concurrent"
+    )
+    assert code == 0 and "replay: 2 requests (0 failed)" in out, err
