@@ -92,7 +92,7 @@ class Scraper:
             return None
         try:
             samples = parse_metrics(text)
-        except ValueError:
+        except Exception:  # garbage from the server: no sample this time (the parser raises several types)
             return None
         if self.writer is not None:
             t = time.perf_counter_ns() - self.origin_ns

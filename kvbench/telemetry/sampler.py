@@ -115,9 +115,14 @@ class Sampler:
             for task in running:
                 task.cancel()
             try:
-                for task in running:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                done = await asyncio.gather(*running, return_exceptions=True)
+                failed = [
+                    e
+                    for e in done
+                    if isinstance(e, BaseException) and not isinstance(e, asyncio.CancelledError)
+                ]
+                if failed:  # a row the disk refused: the run's one line about it
+                    raise failed[0]
             finally:
                 await session.close()
                 if writer is not None:
