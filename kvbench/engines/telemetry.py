@@ -88,7 +88,10 @@ class Scraper:
         except (aiohttp.ClientError, TimeoutError):
             return None
         if status != 200:
-            self.enabled = False  # the server has no /metrics: stop asking
+            # a refusal that asking again cannot cure (404: no /metrics, 401/403): stop asking; a busy
+            # server's 5xx, 408 or 429 under load is only this sample missing
+            if 400 <= status < 500 and status not in (408, 429):
+                self.enabled = False
             return None
         try:
             samples = parse_metrics(text)

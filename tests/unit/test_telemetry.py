@@ -123,3 +123,12 @@ def test_the_mock_serves_the_names_its_adapter_declares():
         if n == "kvbench_mock_onboard_bytes_total" and ("tier", "G4") in labels
     ]
     assert g4 == [8e6]
+
+
+def test_a_busy_server_is_asked_again_and_a_missing_metrics_is_not():
+    for status, asked_again in ((503, True), (429, True), (404, False), (401, False)):
+        http: Any = TextHTTP(status, "busy")
+        scraper = Scraper(http, None, origin_ns=0)
+        asyncio.run(scraper.scrape("a"))
+        asyncio.run(scraper.scrape("b"))
+        assert (http.gets == 2) is asked_again and scraper.enabled is asked_again, status
