@@ -61,7 +61,7 @@ def _register_subcommands() -> None:
         "kvbench.noise.commands",
         "kvbench.engines.commands",
         "kvbench.lab.commands",
-        "kvbench.trace.commands",
+        "kvbench.traces.commands",
         "kvbench.sweep.commands",
         "kvbench.twin.commands",
     ):

@@ -2,7 +2,7 @@
 
 One phase, `replay`, from a reset and a fresh per-run salt (cold by construction: the salt opens
 every root's first block). The rows stream from the file twice: once for the schedule (arrival
-offsets, context check; kvbench.run.replay_feed), once through kvbench.trace.realise into a
+offsets, context check; kvbench.run.replay_feed), once through kvbench.traces.realise into a
 bounded feed, so memory holds `test.realise_ahead` prompts, never the trace. Requests start
 through the load-backend seam (fixed and rate: the open loop, paced; concurrent: the closed loop).
 
@@ -33,8 +33,8 @@ from kvbench.results.schema import Label
 from kvbench.run.context import Run, phase_entry
 from kvbench.run.replay_feed import PromptFeed, Schedule, schedule_items, selected_rows
 from kvbench.scenario.testtypes import ReplaySection
-from kvbench.trace import TraceFile, open_trace
-from kvbench.trace.realise import BlockText, Calibration, Realised, calibrate, prompt_text, realise
+from kvbench.traces import TraceFile, open_trace
+from kvbench.traces.realise import BlockText, Calibration, Realised, calibrate, prompt_text, realise
 
 PHASE = "replay"
 Done = Callable[[RequestRecord, Realised, float, int], None]  # a request's row is in: its replay row

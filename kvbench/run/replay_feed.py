@@ -22,8 +22,8 @@ from kvbench.errors import UsageError
 from kvbench.load.schedule import WorkItem, arrival_offsets
 from kvbench.scenario import ConcurrentLoad, Load, RateLoad
 from kvbench.scenario.testtypes import ReplaySection
-from kvbench.trace import TraceFile, TraceRow
-from kvbench.trace.realise import Realised
+from kvbench.traces import TraceFile, TraceRow
+from kvbench.traces.realise import Realised
 
 
 def selected_rows(trace: TraceFile, test: ReplaySection) -> Iterator[TraceRow]:

@@ -18,7 +18,7 @@ from kvbench.load.ray_backend import PreparedRequest
 from kvbench.load.schedule import WorkItem
 from kvbench.run.context import Run, with_max_tokens
 from kvbench.run.remote import RunPhase
-from kvbench.trace.realise import Realised
+from kvbench.traces.realise import Realised
 
 Done = Callable[[RequestRecord, Realised, float, int], None]
 

@@ -4,7 +4,7 @@
 
 A relative `path` is looked up as given (from the working directory), then in ./scenarios and
 in the package's scenarios (where the shipped traces live, under traces/), the way a scenario
-name is; the file itself is read only when the run starts (kvbench.trace.open_trace streams it).
+name is; the file itself is read only when the run starts (kvbench.traces.open_trace streams it).
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ class SessionsSection(SectionBase):
 
 
 class ReplaySection(SectionBase):
-    """A trace replayed token-exact: each hash id one block of `block_tokens` tokens (kvbench.trace)."""
+    """A trace replayed token-exact: each hash id one block of `block_tokens` tokens (kvbench.traces)."""
 
     kind: Literal["replay"] = "replay"
     summary: ClassVar[str] = "a Mooncake/Bailian/WEKA trace replayed token-exact: hits vs the trace's ideal"

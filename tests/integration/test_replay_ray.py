@@ -10,7 +10,7 @@ import pytest
 from raycluster import kvbench_cli, ray_test_cluster, read_jsonl
 
 from kvbench.cluster import ray_available
-from kvbench.trace import open_trace
+from kvbench.traces import open_trace
 
 pytestmark = [
     pytest.mark.ray,

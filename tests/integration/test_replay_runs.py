@@ -1,8 +1,8 @@
 """The replay test against the embedded mock: its ground truth agrees with the trace analysis.
 
 Alignment: the mock caches 16-token blocks and the traces here have 512 (mooncake) or 64 (weka)
-token blocks, a multiple, so kvbench.trace.realise.engine_rows restates each row in the mock's
-blocks and kvbench.trace.lru's rules (with block_tokens=16: whole blocks stored, at least one
+token blocks, a multiple, so kvbench.traces.realise.engine_rows restates each row in the mock's
+blocks and kvbench.traces.lru's rules (with block_tokens=16: whole blocks stored, at least one
 token computed) give what the mock can reuse exactly, not only within one trace block. The
 trace's own ideal (every id reusable) then differs from it only inside one trace block a row.
 The schedule is one request at a time in trace order, so every row sees all rows before it
@@ -22,9 +22,9 @@ from kvbench.mock.timing import derive_params
 from kvbench.results import read_jsonl
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
-from kvbench.trace import open_trace
-from kvbench.trace.lru import expected_reusable_blocks, lru_hits
-from kvbench.trace.realise import engine_rows
+from kvbench.traces import open_trace
+from kvbench.traces.lru import expected_reusable_blocks, lru_hits
+from kvbench.traces.realise import engine_rows
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ import pytest
 from kvbench.load.prompts import VOCAB
 from kvbench.mock.tokenizer import count_tokens
 from kvbench.run.replay_feed import PromptFeed
-from kvbench.trace.lru import expected_reusable_blocks
-from kvbench.trace.realise import BlockText, Calibration, EngineReuse, calibrate, engine_rows, realise
-from kvbench.trace.rows import TraceRow
+from kvbench.traces.lru import expected_reusable_blocks
+from kvbench.traces.realise import BlockText, Calibration, EngineReuse, calibrate, engine_rows, realise
+from kvbench.traces.rows import TraceRow
 
 SALT = "alpha beta gamma delta epsilon zeta"
 CAL = Calibration(0, VOCAB, (), "server")
@@ -136,7 +136,7 @@ async def test_the_feed_stays_within_its_window_and_fails_with_a_bad_row() -> No
 
 def test_engine_reuse_equals_the_lru_rules_over_engine_rows() -> None:
     # random chained rows, partial last blocks shared at every length: the fast per-trace-block
-    # count and kvbench.trace.lru over the restated rows must agree row by row
+    # count and kvbench.traces.lru over the restated rows must agree row by row
     import random
 
     rng = random.Random(5)

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from kvbench.model.kv_geometry import PRESETS
-from kvbench.trace import TraceRow, open_trace
-from kvbench.trace.analyze import analyze_trace, expected_reusable_blocks, lru_hits
-from kvbench.trace.controls import SynthControls
-from kvbench.trace.sizing import parse_tiers, plan_from_profile, plan_from_tiers
-from kvbench.trace.synth import synthesize, write_trace
+from kvbench.traces import TraceRow, open_trace
+from kvbench.traces.analyze import analyze_trace, expected_reusable_blocks, lru_hits
+from kvbench.traces.controls import SynthControls
+from kvbench.traces.sizing import parse_tiers, plan_from_profile, plan_from_tiers
+from kvbench.traces.synth import synthesize, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "traces"
@@ -147,7 +147,7 @@ def test_lru_agrees_with_the_mocks_cache_row_by_row(caps: list[int]) -> None:
     """The simulation claims the mock's rules: the mock's own TieredKVCache, fed the same block keys
     with the engine's limits, gives the same hit, tier by tier, on every row."""
     from kvbench.mock.cache import TieredKVCache
-    from kvbench.trace.lru import BlockKeys, row_limits
+    from kvbench.traces.lru import BlockKeys, row_limits
 
     names = ["G1", "G2", "G3", "G4"]
     rows = list(open_trace(ROOT / "scenarios" / "traces" / "ci.jsonl"))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kvbench.errors import UsageError
-from kvbench.trace import FORMATS, open_trace
-from kvbench.trace import reader as reader_mod
+from kvbench.traces import FORMATS, open_trace
+from kvbench.traces import reader as reader_mod
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from kvbench.trace import open_trace
-from kvbench.trace.analyze import analyze_trace, expected_reusable_blocks
-from kvbench.trace.controls import SynthControls
-from kvbench.trace.synth import synthesize, write_trace
+from kvbench.traces import open_trace
+from kvbench.traces.analyze import analyze_trace, expected_reusable_blocks
+from kvbench.traces.controls import SynthControls
+from kvbench.traces.synth import synthesize, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "scenarios" / "traces"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvbench.trace.analyze import TraceAnalysis
-from kvbench.trace.sizing import TIER_NAMES
+from kvbench.traces.analyze import TraceAnalysis
+from kvbench.traces.sizing import TIER_NAMES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -4,7 +4,7 @@ Nothing here imports run/, client/ or load/: `kvbench trace analyze` and `trace 
 machine with no server. The replay test type (run/) and prompt realisation build on `open_trace`.
 """
 
-from kvbench.trace.reader import FORMATS, TraceFile, open_trace
-from kvbench.trace.rows import TraceRow
+from kvbench.traces.reader import FORMATS, TraceFile, open_trace
+from kvbench.traces.rows import TraceRow
 
 __all__ = ["FORMATS", "TraceFile", "TraceRow", "open_trace"]

@@ -5,8 +5,8 @@ Order matters for `auto`: a Bailian row also has Mooncake's keys, so Bailian is 
 
 from __future__ import annotations
 
-from kvbench.trace.formats import bailian, mooncake, weka
-from kvbench.trace.formats.base import SessionState, TraceFormat
+from kvbench.traces.formats import bailian, mooncake, weka
+from kvbench.traces.formats.base import SessionState, TraceFormat
 
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (bailian.FORMAT, weka.FORMAT, mooncake.FORMAT)}
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench.trace.rows import RowError, TraceRow
+from kvbench.traces.rows import RowError, TraceRow
 
 Parser = Callable[[dict[str, Any], int, int, "SessionState"], TraceRow]
 Writer = Callable[[TraceRow], dict[str, Any]]

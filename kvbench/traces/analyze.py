@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvbench.trace.lru import BlockKeys, LruHit, TieredLRU, expected_reusable_blocks, lru_hits, row_limits
-from kvbench.trace.reuse import ReuseHistogram, WorkingSet
-from kvbench.trace.rows import TraceRow
-from kvbench.trace.sizing import TIER_NAMES, TierPlan
+from kvbench.traces.lru import BlockKeys, LruHit, TieredLRU, expected_reusable_blocks, lru_hits, row_limits
+from kvbench.traces.reuse import ReuseHistogram, WorkingSet
+from kvbench.traces.rows import TraceRow
+from kvbench.traces.sizing import TIER_NAMES, TierPlan
 
 __all__ = ["TraceAnalysis", "analyze_trace", "expected_reusable_blocks", "lru_hits"]
 

@@ -19,7 +19,7 @@ Memory: nothing here holds the trace. `realise` is a generator over rows; block 
 remembered in a bounded LRU (recently used ids are the ones a prefix shares next), never all.
 
 `engine_rows` re-expresses rows in an engine's smaller blocks (block_tokens a multiple of it) so
-kvbench.trace.lru's rules, with `block_tokens=` the engine's, give the hits that engine (or the
+kvbench.traces.lru's rules, with `block_tokens=` the engine's, give the hits that engine (or the
 mock) can have exactly, not only within one trace block.
 """
 
@@ -33,8 +33,8 @@ from itertools import tee
 
 import numpy as np
 
-from kvbench.trace.lru import BlockKeys, expected_reusable_blocks
-from kvbench.trace.rows import TraceRow
+from kvbench.traces.lru import BlockKeys, expected_reusable_blocks
+from kvbench.traces.rows import TraceRow
 
 Counter = Callable[[list[str]], Awaitable[list[int]]]
 CACHE_BYTES = 64 * 2**20  # block texts kept for reuse (a Mooncake block is ~3 KB of text)
@@ -164,7 +164,7 @@ def realise(
 class EngineReuse:
     """The unbounded prefix cache in an engine's blocks (a divisor of the trace's), one row at a time.
 
-    The same answer as kvbench.trace.lru.expected_reusable_blocks over `engine_rows` with
+    The same answer as kvbench.traces.lru.expected_reusable_blocks over `engine_rows` with
     block_tokens=engine_block (a test holds the two equal), without restating every row in
     m = block_tokens / engine_block times as many ids: a row stores all m engine blocks of each of
     its trace blocks but the last, and the whole engine blocks of its last one, a prefix of that

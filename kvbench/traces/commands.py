@@ -45,7 +45,7 @@ SYNTH_HELP = "\n\n".join(
 
 def _controls(path: str | None, sets: list[str], flags: dict[str, Any]) -> Any:
     from kvbench.configfile import Raw, apply_overrides, parse_set, read_yaml, validate
-    from kvbench.trace.controls import SynthControls
+    from kvbench.traces.controls import SynthControls
 
     data: dict[str, Any] = {}
     source = "controls"
@@ -85,7 +85,7 @@ def synth_command(
     fmt: Annotated[str | None, typer.Option("--format", help="mooncake (default), bailian or weka.")] = None,
     rate: Annotated[float | None, typer.Option("--rate", help="New conversations per second.")] = None,
 ) -> None:
-    from kvbench.trace.synth import synthesize, write_trace
+    from kvbench.traces.synth import synthesize, write_trace
 
     flags = {"rows": rows, "duration_s": duration_s, "seed": seed, "format": fmt, "arrival.rate_per_s": rate}
     c = _controls(controls, set_values or [], flags)
@@ -119,9 +119,9 @@ def analyze_command(
         float, typer.Option("--window-s", help="Working-set window, seconds of trace time.")
     ] = 60.0,
 ) -> None:
-    from kvbench.trace.analyze import analyze_trace
-    from kvbench.trace.reader import open_trace
-    from kvbench.trace.render import render_table
+    from kvbench.traces.analyze import analyze_trace
+    from kvbench.traces.reader import open_trace
+    from kvbench.traces.render import render_table
 
     if window_s <= 0:
         raise UsageError(f"--window-s: must be > 0, got {window_s:g}")
@@ -137,7 +137,7 @@ def analyze_command(
     )
     doc = a.to_dict() | {"block_bytes": block_bytes}
     if out is not None:
-        from kvbench.trace.plots import write_plots
+        from kvbench.traces.plots import write_plots
 
         out.mkdir(parents=True, exist_ok=True)
         (out / "analysis.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
@@ -152,7 +152,7 @@ def _plan(
 ) -> tuple[Any, float | None]:
     """The LRU tier plan (or None) and the bytes of one block (None without a model)."""
     from kvbench.model.geometry import resolve_geometry
-    from kvbench.trace.sizing import block_bytes, plan_from_profile, plan_from_tiers
+    from kvbench.traces.sizing import block_bytes, plan_from_profile, plan_from_tiers
 
     if profile is not None:
         if tiers is not None or model is not None:

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from kvbench.trace.rows import TraceRow
+from kvbench.traces.rows import TraceRow
 
 
 class BlockKeys:

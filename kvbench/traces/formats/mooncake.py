@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench.trace.formats.base import SessionState, TraceFormat, hash_ids, length, number
-from kvbench.trace.rows import TraceRow
+from kvbench.traces.formats.base import SessionState, TraceFormat, hash_ids, length, number
+from kvbench.traces.rows import TraceRow
 
 BLOCK_TOKENS = 512
 

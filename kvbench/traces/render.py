@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvbench.trace.analyze import TraceAnalysis
-from kvbench.trace.sizing import TIER_NAMES
+from kvbench.traces.analyze import TraceAnalysis
+from kvbench.traces.sizing import TIER_NAMES
 
 
 def _bytes(n: float) -> str:

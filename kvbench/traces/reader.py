@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvbench.errors import UsageError
-from kvbench.trace.formats import FORMATS, SessionState, TraceFormat
-from kvbench.trace.rows import RowError, TraceRow
+from kvbench.traces.formats import FORMATS, SessionState, TraceFormat
+from kvbench.traces.rows import RowError, TraceRow
 
 GZIP_MAGIC = b"\x1f\x8b"
 # The longest row a real trace has is a few hundred KB (a 128k-token prompt at 16 tokens a block);

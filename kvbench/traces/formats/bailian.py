@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench.trace.formats.base import SessionState, TraceFormat, hash_ids, ident, length, number, turn
-from kvbench.trace.rows import RowError, TraceRow
+from kvbench.traces.formats.base import SessionState, TraceFormat, hash_ids, ident, length, number, turn
+from kvbench.traces.rows import RowError, TraceRow
 
 BLOCK_TOKENS = 16
 ROOT = "-1"

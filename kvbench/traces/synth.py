@@ -22,9 +22,9 @@ from typing import IO
 
 import numpy as np
 
-from kvbench.trace.controls import Lengths, SynthControls
-from kvbench.trace.formats import FORMATS
-from kvbench.trace.rows import TraceRow
+from kvbench.traces.controls import Lengths, SynthControls
+from kvbench.traces.formats import FORMATS
+from kvbench.traces.rows import TraceRow
 
 Segment = tuple[tuple[str, int], int]  # ((kind, index), tokens)
 
