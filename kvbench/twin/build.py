@@ -97,7 +97,8 @@ def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model:
     served = model or next((r.model for r in runs if r.model), None) or base.model_name
     cold = [p for r in runs for p in r.cold]
     try:
-        pf = F.fit_cold([p.tokens for p in cold], [p.ttft_s for p in cold])
+        fixed_max = min((p.ttft_s for r in runs for p in r.warm), default=None)
+        pf = F.fit_cold([p.tokens for p in cold], [p.ttft_s for p in cold], fixed_max)
     except ValueError as exc:
         raise UsageError(f"{runs[0].run_dir}: {exc}") from None
     notes = [

@@ -95,28 +95,42 @@ class PrefillFit:
     method: str
 
 
-def fit_cold(tokens: Sequence[int], ttft_s: Sequence[float]) -> PrefillFit:
-    """a, c, f of cold TTFT = a*n + c*n^2 + f (f = 0 with fewer than three distinct lengths)."""
+def fit_cold(tokens: Sequence[int], ttft_s: Sequence[float], fixed_max: float | None = None) -> PrefillFit:
+    """a, c, f of cold TTFT = a*n + c*n^2 + f, fitted to each length's median (one slow request of
+    several does not move it); quality over every row. f = 0 with only two distinct lengths.
+
+    `fixed_max` bounds f from above (a warm request pays the fixed cost too, so the fastest warm
+    TTFT is the most it can be): a larger f is noise in the cold rows, and a and c are refitted with
+    f held at the bound."""
     if len(set(tokens)) < 2:
         raise ValueError("cold rows: need at least two distinct prompt lengths to fit the prefill cost")
-    if len(set(tokens)) == 2:
-        (n1, t1), (n2, t2) = _means_by_length(tokens, ttft_s)
+    med = _medians_by_length(tokens, ttft_s)
+    if len(med) == 2:
+        (n1, t1), (n2, t2) = med
         a, c = _prefill.fit_prefill(n1, t1, n2, t2)
         if a >= 0 and c >= 0:
             pred = [_prefill.prefill_time(n, 0, a, c) for n in tokens]
-            return PrefillFit(
-                a, c, 0.0, quality(ttft_s, pred), "two-point (kvbench.model.prefill.fit_prefill)"
-            )
-    n = np.asarray(tokens, dtype=float)
-    fit = nonneg_lstsq({"a": n, "c": n * n, "f": np.ones_like(n)}, ttft_s)
-    return PrefillFit(fit.coef["a"], fit.coef["c"], fit.coef["f"], fit.quality, "non-negative least squares")
+            method = "two-point (kvbench.model.prefill.fit_prefill)"
+            return PrefillFit(a, c, 0.0, quality(ttft_s, pred), method)
+    n = np.asarray([x for x, _ in med], dtype=float)
+    y = np.asarray([t for _, t in med], dtype=float)
+    fit = nonneg_lstsq({"a": n, "c": n * n, "f": np.ones_like(n)}, y)
+    a, c, f = fit.coef["a"], fit.coef["c"], fit.coef["f"]
+    method = "non-negative least squares on each length's median"
+    if fixed_max is not None and f > fixed_max:
+        f = max(0.0, fixed_max)
+        held = nonneg_lstsq({"a": n, "c": n * n}, y - f)
+        a, c = held.coef["a"], held.coef["c"]
+        method += f"; fixed cost held at the fastest warm TTFT ({f * 1e3:.3g} ms)"
+    pred = [_prefill.prefill_time(x, 0, a, c) + f for x in tokens]
+    return PrefillFit(a, c, f, quality(ttft_s, pred), method)
 
 
-def _means_by_length(tokens: Sequence[int], ttft_s: Sequence[float]) -> list[tuple[int, float]]:
+def _medians_by_length(tokens: Sequence[int], ttft_s: Sequence[float]) -> list[tuple[int, float]]:
     by: dict[int, list[float]] = {}
     for n, t in zip(tokens, ttft_s, strict=True):
         by.setdefault(n, []).append(t)
-    return [(n, sum(v) / len(v)) for n, v in sorted(by.items())]
+    return [(n, float(np.median(v))) for n, v in sorted(by.items())]
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,15 @@ def test_invalid_profile_file_names_the_file(run_cli, tmp_path: Path) -> None:
     bad.write_text("kind: tiered\nname: x\n", encoding="utf-8")
     code, _, err = run_cli("run", "ttft", "--mock-profile", str(bad))
     assert code == 2 and str(bad) in err and len(err.strip().splitlines()) == 1
+
+
+def test_fixed_cost_is_bounded_by_the_fastest_warm_request() -> None:
+    # one slow cold request at the shortest length would make f most of every TTFT; the median of
+    # each length's repetitions and the warm bound keep the prefill terms
+    tokens = [1000, 1000, 1000, 2000, 2000, 2000, 4000, 4000, 4000]
+    ttft = [prefill_time(n, 0, A, C) + FIXED for n in tokens]
+    ttft[0] *= 20
+    got = F.fit_cold(tokens, ttft, fixed_max=FIXED)
+    assert got.a == pytest.approx(A, rel=1e-6) and got.c == pytest.approx(C, rel=1e-6)
+    slow = F.fit_cold([1000, 2000, 4000], [ttft[0], ttft[3], ttft[6]], fixed_max=0.01)
+    assert slow.fixed_s <= 0.01 and "held at the fastest warm TTFT" in slow.method

@@ -1,0 +1,177 @@
+"""How well a twin fitted by `kvbench fit` predicts the system it was fitted to.
+
+For each system: a TTFT sweep (cold and warm, several lengths) is run on it and the twin is fitted
+to that sweep ALONE; then a throughput run (prompts reused over several connections, from an empty
+cache) is run on the system and the same scenario on the twin. Reported: req/s and TTFT p50 of the
+throughput run, and cold/warm TTFT p50 per length of the sweep (the twin reproducing its own data),
+predicted vs measured, with the relative error. Target: <= 25% on the throughput figures.
+
+Systems:
+  mock-ci      the embedded mock, profile ci (ibm-g4's model, G4 only) at pace 0.05
+  mock-laptop  the embedded mock, profile laptop (all four tiers, small capacities) at pace 0.05
+  llamacpp     llama.cpp's llama-server on CPU, tiny model (--engines llamacpp; installed engine)
+
+    .venv/bin/python benchmarks/twin_accuracy.py [--engines llamacpp] [--out benchmarks/results]
+
+Writes twin_accuracy.json and twin_accuracy.md. Each figure is one run on a shared machine: noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kvbench.results import load_run  # noqa: E402
+from kvbench.run.runner import RunOptions, run_scenario  # noqa: E402
+from kvbench.scenario import load_scenario  # noqa: E402
+from kvbench.twin.build import build_twin  # noqa: E402
+from kvbench.twin.sources import read_runs  # noqa: E402
+
+MOCK_TTFT = {"prompts.lengths": [2000, 6000, 12000, 20000]}
+MOCK_THROUGHPUT = {
+    "prompts.count": 8,
+    "prompts.lengths": {"min": 3000, "max": 9000},
+    "load.requests": 32,
+    "load.concurrency": 4,
+}
+MOCK_SYSTEMS = {"mock-ci": "ci", "mock-laptop": "laptop"}
+PACE = 0.05
+
+
+def run(scenario: str, out: Path, overrides: dict[str, Any]) -> Path:
+    scn, _ = load_scenario(scenario, overrides)
+    outcome = asyncio.run(run_scenario(scn, RunOptions(output_dir=out, quiet=True, report=False)))
+    if outcome.status != "complete":
+        raise SystemExit(f"{scenario}: run {outcome.status} ({outcome.run_dir})")
+    return outcome.run_dir
+
+
+def fit(ttft_dir: Path, out: Path) -> tuple[Path, dict[str, Any]]:
+    twin = build_twin(read_runs([ttft_dir]), "ibm-g4", None, None)
+    path = out / "twin.yaml"
+    path.write_text(yaml.safe_dump(twin.profile, sort_keys=False), encoding="utf-8")
+    return path, twin.profile["fit"]
+
+
+def figures(run_dir: Path) -> dict[str, float]:
+    """req/s and TTFT p50 per phase label, TTFT p50 per (label, length)."""
+    df = load_run(run_dir)
+    df = df[(df.status == "ok") & (df.label != "probe")]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    out: dict[str, float] = {}
+    for p in manifest["phases"]:
+        if p["label"] != "ttft" and p.get("requests_ok_per_s"):
+            out[f"{p['label']}: req/s"] = p["requests_ok_per_s"]
+            out[f"{p['label']}: TTFT p50 ms"] = float(df[df.phase == p["name"]].ttft_ms.median())
+        if p["label"] == "ttft":
+            rows = df[df.phase == p["name"]]
+            for (label, n), g in rows.groupby(["label", "prompt_tokens_requested"]):
+                out[f"{label} TTFT p50 ms @ {n}"] = float(g.ttft_ms.median())
+    return out
+
+
+def compare(system: str, measured: dict[str, float], predicted: dict[str, float]) -> list[dict[str, Any]]:
+    rows = []
+    for metric, m in measured.items():
+        p = predicted.get(metric)
+        err = (p - m) / m * 100 if p is not None and m else None
+        rows.append({"system": system, "metric": metric, "measured": m, "predicted": p, "error_pct": err})
+    return rows
+
+
+def mock_system(name: str, profile: str, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    system = {"target.mock_profile": profile, "target.mock_overrides": {"time_scale": PACE}}
+    ttft = run("ttft", work / "sys", {**MOCK_TTFT, **system})
+    twin_path, fit_record = fit(ttft, work)
+    on_twin = {"target.mock_profile": str(twin_path), "target.mock_overrides": {}}
+    thr = run("throughput", work / "sys", {**MOCK_THROUGHPUT, **system})
+    twin_ttft = run("ttft", work / "twin", {**MOCK_TTFT, **on_twin})
+    twin_thr = run("throughput", work / "twin", {**MOCK_THROUGHPUT, **on_twin})
+    rows = compare(name, figures(thr), figures(twin_thr)) + compare(name, figures(ttft), figures(twin_ttft))
+    return rows, fit_record
+
+
+def llamacpp_system(work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from kvbench.engines.install import install
+    from kvbench.engines.serve import running_engine
+
+    install("llamacpp")
+    lengths = {"prompts.lengths": [1024, 2048, 4096], "repetitions": 3}  # medians: a busy CPU
+    with running_engine("llamacpp", slots=1, ctx=10240, cache_ram_mib=0) as eng:
+        ttft = run("ttft-llamacpp", work / "sys", {**lengths, "target.base_url": eng.base_url})
+    with running_engine("llamacpp", slots=4, ctx=4096, cache_ram_mib=1024) as eng:
+        thr = run("throughput-llamacpp", work / "sys", {"target.base_url": eng.base_url})
+    twin_path, fit_record = fit(ttft, work)
+    on_twin = {"target.mock_profile": str(twin_path), "target.mock_overrides": {}, "target.engine": "auto"}
+    twin_ttft = run("ttft-llamacpp", work / "twin", {**lengths, **on_twin})
+    twin_thr = run("throughput-llamacpp", work / "twin", on_twin)
+    rows = compare("llamacpp", figures(thr), figures(twin_thr)) + compare(
+        "llamacpp", figures(ttft), figures(twin_ttft)
+    )
+    return rows, fit_record
+
+
+def render(rows: list[dict[str, Any]], fits: dict[str, Any]) -> str:
+    def f(x: float | None, spec: str = ".4g") -> str:
+        return "n/a" if x is None else format(x, spec)
+
+    lines = [
+        "# Twin accuracy (`benchmarks/twin_accuracy.py`)",
+        "",
+        f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}. Each twin is fitted to its system's TTFT "
+        "sweep alone; the throughput rows are predictions of a run the fit never saw. One run each, "
+        "on a shared machine.",
+        "",
+        "| system | metric | measured | predicted | error |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+        lines.append(f"| {r['system']} | {r['metric']} | {f(r['measured'])} | {f(r['predicted'])} | {err} |")
+    lines += ["", "## What each fit said", ""]
+    for system, fit_record in fits.items():
+        t = fit_record["terms"]
+        q = ", ".join(f"{k} R^2 {v.get('r2')}" for k, v in t.items())
+        lines.append(f"- **{system}**: {q}; notes: " + "; ".join(fit_record["notes"]))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engines", default="", help="also fit real engines: llamacpp")
+    ap.add_argument("--only", default="", help="comma-separated mock systems (default: all; 'none': none)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    rows: list[dict[str, Any]] = []
+    fits: dict[str, Any] = {}
+    only = [s for s in args.only.split(",") if s]
+    wanted = [s for s in only if s in MOCK_SYSTEMS] if only else list(MOCK_SYSTEMS)
+    with tempfile.TemporaryDirectory(prefix="twin-accuracy-") as tmp:
+        for name in wanted:
+            print(f"twin accuracy: {name} ...", flush=True)
+            got, fits[name] = mock_system(name, MOCK_SYSTEMS[name], Path(tmp) / name)
+            rows += got
+        if "llamacpp" in args.engines.split(","):
+            print("twin accuracy: llamacpp ...", flush=True)
+            got, fits["llamacpp"] = llamacpp_system(Path(tmp) / "llamacpp")
+            rows += got
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "twin_accuracy.json").write_text(json.dumps({"rows": rows, "fits": fits}, indent=2) + "\n")
+    text = render(rows, fits)
+    (args.out / "twin_accuracy.md").write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

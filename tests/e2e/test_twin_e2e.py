@@ -1,0 +1,70 @@
+"""kvbench fit -> --mock-profile -> kvbench compare on llama.cpp (CPU, tiny model), as a user types it.
+
+Checks that the fit reproduces its own data and that the prediction runs; not a timing: the margins
+are wide (2 shared cores), the prediction error is measured by benchmarks/twin_accuracy.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from engine_e2e import ROOT, Run, check_all_ok, kvbench_run, say
+
+from kvbench.engines.install import Installed
+from kvbench.engines.serve import EngineProcess, running_engine
+from kvbench.mock.profiles import load_profile
+from kvbench.mock.timing import derive_params
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+LENGTHS = "1024,2048,4096"
+
+
+@pytest.fixture(scope="module")
+def llama(llamacpp_installed: Installed) -> Iterator[EngineProcess]:
+    with running_engine("llamacpp", slots=1, ctx=10240, cache_ram_mib=0, progress=say) as eng:
+        yield eng
+
+
+def _kvbench(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "kvbench", *args], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, f"kvbench {' '.join(args)}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def test_fit_a_twin_of_llamacpp_and_run_its_prediction(llama: EngineProcess, tmp_path: Path) -> None:
+    real = Run(kvbench_run("ttft-llamacpp", llama.base_url, tmp_path / "real", "--lengths", LENGTHS))
+    check_all_ok(real)
+    twin_yaml = tmp_path / "llama-twin.yaml"
+    printed = _kvbench("fit", str(real.path), "-o", str(twin_yaml))
+    say(printed)
+    assert "R^2" in printed and "valid for prompts" in printed
+    twin = load_profile(str(twin_yaml))
+    assert twin.fit is not None and twin.fit.terms["prefill"]["points"] >= 3
+    params = derive_params(twin)
+    # the fit reproduces its own cold data (the fixed cost is the fit's, not the mock's)
+    fixed = twin.fit.terms["prefill"]["fixed_s"]
+    for r in real.rows(label="cold"):
+        model = params.cold_ttft_s(r["prompt_tokens_server"]) + fixed
+        assert model == pytest.approx(r["ttft_ms"] / 1e3, rel=0.5, abs=0.02)
+    # the prediction runs: the same sweep on the twin (the embedded mock, real pace), labelled so
+    out = tmp_path / "twin"
+    out.mkdir()
+    on_twin = [
+        "--mock-profile",
+        str(twin_yaml),
+        "--set",
+        "target.mock_overrides={}",
+        "--set",
+        "target.engine=auto",
+    ]
+    _kvbench("run", "ttft-llamacpp", *on_twin, "--lengths", LENGTHS, "--output-dir", str(out), "--quiet")
+    pred = Run(next(p for p in out.iterdir() if p.is_dir()))
+    check_all_ok(pred)
+    assert "PREDICTION from a twin fitted to" in (pred.path / "report.md").read_text()
+    compared = _kvbench("compare", str(real.path), str(pred.path), "--out", str(tmp_path / "cmp"))
+    assert "relative error vs" in compared
