@@ -1,0 +1,141 @@
+"""The mock's own CPU per request at long prompts, cold and cached (`make bench`, case `mock_cpu`).
+
+A real `kvbench mock serve` child (the `ci` profile at a fast pace: modelled waits cost no CPU)
+on the server's core; this process sends N streamed requests of T tokens (kvbench's own word
+vocabulary, a fresh salt each: cold), then the same N prompts again (cached), one at a time, as
+the throughput scenario sends them (16 output tokens, usage included, temperature 0).
+
+CPU is the mock process's own: the kernel's run time of every one of its threads
+(/proc/PID/task/*/schedstat, nanoseconds: what getrusage sums, without the 10 ms ticks of
+/proc/PID/stat), read before and after each phase, less an idle baseline (the same process, idle
+for as long as the phase took). A busy machine stretches wall time, not this figure.
+
+    python benchmarks/mock_cpu.py [N] [T]   -> one JSON line {"cold_ms", "cached_ms", ...}
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from kvbench.load.prompts import VOCAB  # noqa: E402  (after the path, for a bare checkout)
+
+TARGET_MS = 0.3  # issue #30: the mock bound by its model, not by the machine running it
+
+
+def task_cpu_ns(pid: int) -> int:
+    """CPU time of every thread of `pid` so far (ns)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended between the listing and the read
+    return total
+
+
+def prompts(n: int, tokens: int, seed: int = 0) -> list[str]:
+    """n prompts of exactly `tokens` mock tokens (one per word), each with its own leading salt."""
+    rng = np.random.default_rng(seed)
+    words = np.array(VOCAB, dtype=object)
+    out = []
+    for i in range(n):
+        salt = f"salt{seed}x{i}"
+        out.append(" ".join([salt, *words[rng.integers(0, len(words), tokens - 1)]]))
+    return out
+
+
+def send(conn: http.client.HTTPConnection, prompt: str) -> dict[str, Any]:
+    body = {
+        "model": "m",
+        "prompt": prompt,
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    assert resp.status == 200, data[:200]
+    usage = [json.loads(x[6:]) for x in data.split(b"\n\n") if x.startswith(b'data: {"') and b'"usage"' in x]
+    return dict(usage[-1]["usage"]) if usage else {}
+
+
+def phase(pid: int, conn: http.client.HTTPConnection, texts: list[str]) -> tuple[float, float, list[int]]:
+    """(mock CPU seconds, wall seconds, cached tokens per request) of sending `texts` one at a time."""
+    c0, t0 = task_cpu_ns(pid), time.perf_counter()
+    cached = [send(conn, t)["prompt_tokens_details"]["cached_tokens"] for t in texts]
+    return (task_cpu_ns(pid) - c0) / 1e9, time.perf_counter() - t0, cached
+
+
+def idle(pid: int, seconds: float) -> float:
+    c0 = task_cpu_ns(pid)
+    time.sleep(seconds)
+    return (task_cpu_ns(pid) - c0) / 1e9
+
+
+def measure(n: int, tokens: int, cmd_prefix: list[str] | None = None, seed: int = 0) -> dict[str, Any]:
+    """Start a mock, run the cold and the cached phase, return CPU per request (ms) and the checks."""
+    cmd = [sys.executable, "-m", "kvbench.mock", "serve", "--profile", "ci", "--port", "0"]
+    cmd += ["--announce", "--exit-on-stdin-eof", "--set", "time_scale=0.001"]
+    proc = subprocess.Popen(
+        [*(cmd_prefix or []), *cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        pid = int(info["pid"])
+        host, port = info["base_url"].removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        texts = prompts(n + 1, tokens, seed)
+        send(conn, texts[-1])  # warm up: imports on first use, the connection, the allocator
+        cold_cpu, cold_wall, cold_hits = phase(pid, conn, texts[:n])
+        cached_cpu, cached_wall, warm_hits = phase(pid, conn, texts[:n])
+        idle_cpu = idle(pid, cold_wall) + idle(pid, cached_wall)
+        conn.close()
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=30)
+    per_s = idle_cpu / max(cold_wall + cached_wall, 1e-9)  # idle CPU per wall second
+    cold_ms = (cold_cpu - per_s * cold_wall) / n * 1e3
+    cached_ms = (cached_cpu - per_s * cached_wall) / n * 1e3
+    return {
+        "requests": n,
+        "prompt_tokens": tokens,
+        "cold_ms": cold_ms,
+        "cached_ms": cached_ms,
+        "idle_cpu_ms_per_s": per_s * 1e3,
+        "cold_wall_ms": cold_wall / n * 1e3,
+        "cached_wall_ms": cached_wall / n * 1e3,
+        # the phases are what they say: nothing cached cold, every full block cached warm
+        "cold_hits": sum(cold_hits),
+        "cached_tokens_mean": sum(warm_hits) / n,
+        "target_ms": TARGET_MS,
+    }
+
+
+def mock_cpu_case(repeats: int, server_cores: list[int] | None, n: int = 30, tokens: int = 120_000) -> dict[str, Any]:
+    """`make bench`'s case: `measure` --repeats times, the mock on the server's core; medians."""
+    from bench_common import median_dict, pinned
+
+    prefix = pinned(["true"], server_cores)[:-1]  # taskset -c N (or nothing on one core)
+    reps = [measure(n, tokens, prefix, seed=i) for i in range(repeats)]
+    return {"median": median_dict(reps), "runs": reps}
+
+
+if __name__ == "__main__":
+    args = [int(a) for a in sys.argv[1:3]]
+    print(json.dumps(measure(*(args or [30]), *([] if len(args) > 1 else [120_000]))))
