@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbench.model import prefill as _prefill
 
@@ -52,7 +53,7 @@ class LinearFit:
     quality: Quality
 
 
-def quality(y: Sequence[float], predicted: Sequence[float]) -> Quality:
+def quality(y: npt.ArrayLike, predicted: npt.ArrayLike) -> Quality:
     ya, pa = np.asarray(y, dtype=float), np.asarray(predicted, dtype=float)
     res = ya - pa
     ss_tot = float(np.sum((ya - ya.mean()) ** 2))
@@ -67,7 +68,7 @@ def quality(y: Sequence[float], predicted: Sequence[float]) -> Quality:
     )
 
 
-def nonneg_lstsq(columns: dict[str, Sequence[float]], y: Sequence[float]) -> LinearFit:
+def nonneg_lstsq(columns: dict[str, npt.ArrayLike], y: npt.ArrayLike) -> LinearFit:
     """Least squares y ~ sum coef[k] * columns[k] with every coef >= 0 (the best non-negative subset)."""
     names = list(columns)
     ya = np.asarray(y, dtype=float)
