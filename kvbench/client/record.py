@@ -43,6 +43,10 @@ class RequestRecord:
     delivery: str | None = None  # burst | batched: TTFT is how a proxy delivered it (delivery.judge)
     clock_source: str = "user"  # "kernel": the first token's time is the kernel's RX stamp (kstamp)
     first_token_user_ns: int | None = None  # when the loop got to the first token (http1 only)
+    send_clock_source: str = (
+        "user"  # "kernel_tx": sent_ns is the kernel's TX stamp of the last byte (txstamp)
+    )
+    sent_user_ns: int | None = None  # kernel_tx rows: the loop's stamp before the write (user rows: sent_ns)
 
     @property
     def ok(self) -> bool:
@@ -94,4 +98,7 @@ class RequestRecord:
             "clock_source": self.clock_source,
             "first_token_user_ns": self.first_token_user_ns,
             "first_token_lag_ms": ms(self.first_token_user_ns, self.first_token_ns),
+            "send_clock_source": self.send_clock_source,
+            "sent_user_ns": self.sent_user_ns,
+            "send_lag_ms": ms(self.sent_ns, self.sent_user_ns),
         }

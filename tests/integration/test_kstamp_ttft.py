@@ -8,6 +8,8 @@ loop is kept busy for 50 ms, covering the token's arrival. The kernel-stamped fi
 by tens of milliseconds (both are in the record: first_token_ns, first_token_user_ns).
 When the next token also comes during the busy period, the kernel has merged the two
 segments: the stamp is the later one's arrival, and the manifest counts such reads.
+The send side: the row's start is the kernel's TX stamp of the request's last byte (txstamp),
+after the loop's stamp before the connect and write, before the server had read the request.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 import pytest
 
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body, make_session
-from kvbench.client.transport import kstamp
+from kvbench.client.transport import kstamp, txstamp
 
 pytestmark = pytest.mark.skipif(kstamp.unavailable() is not None, reason=str(kstamp.unavailable()))
 
@@ -51,17 +53,17 @@ while time.perf_counter_ns() < received + 20_000_000:
 before = time.perf_counter_ns(); conn.send(event("Hello")); after = time.perf_counter_ns()
 time.sleep(0.15)
 conn.send(event(" world", "length") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-print(json.dumps({"before": before, "after": after}), flush=True)
+print(json.dumps({"before": before, "after": after, "received": received}), flush=True)
 conn.recv(1)
 """
 
 
-async def _one_request() -> tuple[RequestRecord, dict[str, int], dict]:
+async def _one_request(transport: str = "auto") -> tuple[RequestRecord, dict[str, int], dict]:
     proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
-        cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", max_tokens=2)
+        cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", max_tokens=2, transport=transport)
         loop = asyncio.get_running_loop()
         async with make_session(1, 10.0) as session:
             client = StreamingClient(cfg, session, origin_ns=0)
@@ -78,6 +80,7 @@ async def _one_request() -> tuple[RequestRecord, dict[str, int], dict]:
             await client.send(rec, build_body(cfg, "hello world"))
             await hog
             manifest = client.clock_manifest()
+            await client.aclose()
         truth = json.loads(proc.stdout.readline())
         return rec, truth, manifest
     finally:
@@ -151,3 +154,30 @@ async def test_a_first_token_read_late_with_later_tokens_is_counted(monkeypatch)
     assert rec.token_ns[0] == rec.token_ns[1]  # one read carried both: one stamp, the later one's
     assert rec.first_token_ns is not None and rec.first_token_ns - truth["after"] >= 4_000_000
     assert manifest["clock"]["first_token_reads_with_later_tokens"] == 1
+
+
+@pytest.mark.skipif(txstamp.unavailable() is not None, reason=str(txstamp.unavailable()))
+async def test_the_send_is_kernel_stamped_between_the_write_and_the_servers_read(monkeypatch):
+    monkeypatch.delenv("KVBENCH_CLIENT_HTTP", raising=False)
+    rec, truth, _manifest = await _one_request()
+    assert rec.ok and rec.send_clock_source == "kernel_tx"
+    assert rec.sent_ns is not None and rec.sent_user_ns is not None and rec.headers_ns is not None
+    # the loop stamped before connecting: the last byte left after that, before the server's recv returned
+    assert rec.sent_user_ns < rec.sent_ns < truth["received"] < rec.headers_ns
+    row = rec.to_row()
+    assert row["send_lag_ms"] > 0 and row["ttft_ms"] == (rec.first_token_ns - rec.sent_ns) / 1e6
+
+
+async def test_without_tx_stamps_the_row_says_user(monkeypatch):
+    monkeypatch.delenv("KVBENCH_CLIENT_HTTP", raising=False)
+    monkeypatch.setenv("KVBENCH_TX_STAMPS", "0")
+    rec, truth, _manifest = await _one_request()
+    assert rec.ok and rec.send_clock_source == "user" and rec.sent_user_ns is None
+    assert rec.sent_ns is not None and rec.sent_ns < truth["received"]
+
+
+async def test_through_aiohttp_the_row_says_user(monkeypatch):
+    monkeypatch.delenv("KVBENCH_CLIENT_HTTP", raising=False)
+    rec, _truth, manifest = await _one_request("aiohttp")  # as https:// goes
+    assert rec.ok and rec.send_clock_source == "user" and rec.sent_user_ns is None
+    assert manifest["clock_source"] == "user"

@@ -18,6 +18,7 @@ Receive times are the kernel's where Linux gives them (kstamp: SO_TIMESTAMPNS re
 recvmsg): a read's time is when its segment reached the socket, however busy the loop was.
 The loop's own stamp of the same read goes to the sink beside it (`ResponseSink.stamp`), so
 the record keeps both for the first token (`first_token_user_ns`, `clock_source`).
+Send times too (txstamp): `sent_ns` is when the last request byte left, the loop's `sent_user_ns`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import socket
 import time
 from typing import Any
 
-from kvbench.client.transport import kstamp
+from kvbench.client.transport import kstamp, txstamp
 from kvbench.client.transport.base import (
     MAX_HEAD_FIELDS,
     MAX_HEAD_LINE,
@@ -60,8 +61,9 @@ class Http1Transport(TimedTransport):
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._all: set[_Conn] = set()
         self._prefix: tuple[TimedRequest, bytes] | None = None
-        # kernel receive stamps (kstamp) where the platform has them; None: user-space stamps
+        # kernel receive stamps (kstamp) where the platform has them, send stamps (txstamp) on those sockets
         self.clock = kstamp.ClockMap() if kstamp.unavailable() is None else None
+        self.tx_attach = txstamp.attach if self.clock is not None and txstamp.unavailable() is None else None
 
     def _head(self, req: TimedRequest, request_id: str, body_len: int) -> bytes:
         cached = self._prefix
@@ -107,7 +109,7 @@ class Http1Transport(TimedTransport):
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, conn = await kstamp.open_stamped(
-                    loop, lambda: _Conn(self, address), host, port, self.clock
+                    loop, lambda: _Conn(self, address), host, port, self.clock, self.tx_attach
                 )
         except TimeoutError:
             raise ConnectFailed(f"connect timed out after {self.connect_timeout_s:g} s") from None
@@ -167,6 +169,7 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport
+        self.tx: txstamp.TxStamps | None = getattr(transport, "tx", None)  # kstamp.StampedTransport's
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -238,6 +241,7 @@ class Exchange:
         "sink",
         "state",
         "trailers",
+        "unsent",
     )
 
     def __init__(self, conn: Any, sink: ResponseSink, finished: asyncio.Future[None], origin: int) -> None:
@@ -255,11 +259,16 @@ class Exchange:
         self.keep_alive = True
         self.draining = False  # the record is final ([DONE]); reading the rest only to reuse the connection
         self.drain_timer: asyncio.TimerHandle | None = None
+        self.unsent = True  # the send stamp is settled at the first response bytes
 
     # -- callbacks from _Conn ---------------------------------------------------------------------------
 
     def received(self, t_abs: int, data: bytes, t_user_abs: int | None = None, kernel: bool = False) -> None:
         """Bytes read at t_abs: the kernel's receive stamp when `kernel`, t_user_abs the loop's."""
+        if self.unsent:  # the row's send stamp is settled at the first response bytes
+            self.unsent = False
+            if getattr(self.conn, "tx", None) is not None:
+                txstamp.settle(self.conn, self.sink, self.origin, t_abs if t_user_abs is None else t_user_abs)
         t = t_abs - self.origin
         try:
             if self.state == _HEAD:

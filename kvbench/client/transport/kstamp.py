@@ -30,6 +30,9 @@ Other platforms, or a socket that refuses the option: `enable` returns False, `u
 says why, and the caller keeps its user-space stamps. `StampedTransport` is the smallest
 asyncio transport that reads with recvmsg (asyncio's and uvloop's own read with recv and drop
 ancillary data); it hands each read to `protocol.data_received_stamped(data, t_user, t_kernel)`.
+Given a send-stamp reader (`tx`, transport/txstamp.TxStamps: duck-typed, `wrote`/`drain`), it
+counts what each write queued and drains the socket's error queue once the write is out, and on
+a read callback that found no data (a queued TX stamp raises POLLERR, which wakes the reader).
 Nothing here imports kvbench.
 """
 
@@ -219,8 +222,10 @@ class StampedTransport(asyncio.Transport):
         sock: socket.socket,
         protocol: StampedProtocol,
         clock: ClockMap,
+        tx: Any = None,
     ) -> None:
         super().__init__()
+        self.tx = tx  # txstamp.TxStamps where the socket takes TX stamps, else None
         self._loop = loop
         self._sock = sock
         self._fd = sock.fileno()
@@ -238,6 +243,8 @@ class StampedTransport(asyncio.Transport):
         try:
             n, anc, _flags, _addr = self._sock.recvmsg_into((self._clock.buf,), _ANC)
         except (BlockingIOError, InterruptedError):
+            if self.tx is not None:  # woken by POLLERR: a queued TX stamp, which wakes us until read
+                self.tx.drain()
             return
         except OSError as exc:
             self._fatal(exc)
@@ -260,6 +267,8 @@ class StampedTransport(asyncio.Transport):
         if self._wbuf or self._closing or self._close_when_flushed or not data:
             self.writelines((data,))
             return
+        if self.tx is not None:
+            self.tx.wrote(len(data))
         try:
             sent = self._sock.send(data)
         except (BlockingIOError, InterruptedError):
@@ -270,11 +279,15 @@ class StampedTransport(asyncio.Transport):
         if sent < len(data):
             self._wbuf.append(memoryview(data).cast("B")[sent:])
             self._loop.add_writer(self._fd, self._write_ready)
+        elif self.tx is not None:  # all of it handed to the kernel: on loopback its stamp is queued now
+            self.tx.drain()
 
     def writelines(self, list_of_data: Any) -> None:
         if self._closing or self._close_when_flushed:
             return
         parts = [memoryview(p).cast("B") for p in list_of_data if len(p)]
+        if self.tx is not None:
+            self.tx.wrote(sum(map(len, parts)))
         if self._wbuf:
             self._wbuf.extend(parts)
             return
@@ -293,6 +306,8 @@ class StampedTransport(asyncio.Transport):
             sent = 0
         if self._wbuf:
             self._loop.add_writer(self._fd, self._write_ready)
+        elif self.tx is not None:
+            self.tx.drain()
 
     def _write_ready(self) -> None:
         while self._wbuf:
@@ -309,6 +324,8 @@ class StampedTransport(asyncio.Transport):
                 return
             self._wbuf.popleft()
         self._loop.remove_writer(self._fd)
+        if self.tx is not None:
+            self.tx.drain()
         if self._close_when_flushed:
             self._shutdown(None)
 
@@ -372,11 +389,13 @@ async def open_stamped(
     host: str,
     port: int,
     clock: ClockMap | None,
+    tx_attach: Any = None,
 ) -> tuple[asyncio.BaseTransport, Any]:
     """Like loop.create_connection, but reading with kernel stamps where the socket takes them.
 
     Falls back to the loop's own transport (user-space stamps) when `clock` is None or the
-    socket refuses SO_TIMESTAMPNS.
+    socket refuses SO_TIMESTAMPNS. `tx_attach(sock)`, called once connected (TX stamp ids count
+    from an idle socket), gives the transport its send-stamp reader or None.
     """
     try:  # an IP literal needs no resolver (getaddrinfo runs in a thread pool: 256 connects would queue)
         ip = ipaddress.ip_address(host)
@@ -401,6 +420,7 @@ async def open_stamped(
             raise
         if clock is not None and enable(sock):
             protocol = factory()
-            return StampedTransport(loop, sock, protocol, clock), protocol
+            tx = tx_attach(sock) if tx_attach is not None else None
+            return StampedTransport(loop, sock, protocol, clock, tx), protocol
         return await loop.create_connection(factory, sock=sock)
     raise last or OSError(f"cannot resolve {host}:{port}")
