@@ -73,7 +73,11 @@ def figures(run_dir: Path) -> dict[str, float]:
     for p in manifest["phases"]:
         if p["label"] != "ttft" and p.get("requests_ok_per_s"):
             out[f"{p['label']}: req/s"] = p["requests_ok_per_s"]
-            out[f"{p['label']}: TTFT p50 ms"] = float(df[df.phase == p["name"]].ttft_ms.median())
+            rows = df[df.phase == p["name"]]
+            out[f"{p['label']}: TTFT p50 ms"] = float(rows.ttft_ms.median())
+            # what the system's cache kept: a twin whose serving tier never evicts hits more
+            share = rows.cached_tokens.fillna(0).sum() / max(1, rows.prompt_tokens_server.fillna(0).sum())
+            out[f"{p['label']}: cached share of prompt tokens"] = float(share)
         if p["label"] == "ttft":
             rows = df[df.phase == p["name"]]
             for (label, n), g in rows.groupby(["label", "prompt_tokens_requested"]):

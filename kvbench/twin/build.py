@@ -14,6 +14,7 @@ req/s is kept as the concurrency range the twin was fitted beside).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from kvbench.twin import fit as F
 from kvbench.twin.sources import RunData
 
 UNBOUNDED_BW = 1e15  # bytes/s standing for "no measurable transfer cost" (a hit already in place)
+MAX_BLOCK = 1024  # a larger gcd of cached counts is a coincidence of the lengths, not a block
 STAGING_HEADROOM = 10.0  # G2 staging bandwidth at least this many times the fitted G4 bandwidth
 
 
@@ -88,6 +90,13 @@ def _warm_rows(
     return xs, ys
 
 
+def infer_block(cached: list[int], default: int) -> int:
+    """The system's cache block in tokens: the gcd of the warm rows' cached counts (llama.cpp's
+    n-1: 1; vLLM's whole blocks: 16), else `default` when the rows cannot tell (none, or one length)."""
+    g = math.gcd(*cached) if cached else 0
+    return g if 1 <= g <= MAX_BLOCK and len(set(cached)) > 1 else default
+
+
 def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model: str | None) -> Twin:
     """Fit every term the runs allow and return the twin profile (see the module docstring)."""
     base = _base(base_name)
@@ -95,6 +104,8 @@ def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model:
     if geometry not in PRESETS:
         raise UsageError(f"--model: unknown KV geometry {geometry!r} (known: {', '.join(sorted(PRESETS))})")
     served = model or next((r.model for r in runs if r.model), None) or base.model_name
+    block = infer_block([p.cached for r in runs for p in r.warm], base.block_tokens)
+    base = base.model_copy(update={"block_tokens": block})
     cold = [p for r in runs for p in r.cold]
     try:
         fixed_max = min((p.ttft_s for r in runs for p in r.warm), default=None)

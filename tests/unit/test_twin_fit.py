@@ -171,3 +171,11 @@ def test_fixed_cost_is_bounded_by_the_fastest_warm_request() -> None:
     assert got.a == pytest.approx(A, rel=1e-6) and got.c == pytest.approx(C, rel=1e-6)
     slow = F.fit_cold([1000, 2000, 4000], [ttft[0], ttft[3], ttft[6]], fixed_max=0.01)
     assert slow.fixed_s <= 0.01 and "held at the fastest warm TTFT" in slow.method
+
+
+def test_block_size_is_read_from_the_cached_counts() -> None:
+    from kvbench.twin.build import infer_block
+
+    assert infer_block([1023, 2047, 4095], 16) == 1  # llama.cpp: every token but the last
+    assert infer_block([1984, 7984, 15984], 64) == 16  # whole 16-token blocks
+    assert infer_block([4096], 16) == 16 and infer_block([], 32) == 32  # one length cannot tell
