@@ -56,11 +56,11 @@ def prompts(n: int, tokens: int, seed: int = 0) -> list[str]:
     return out
 
 
-def send(conn: http.client.HTTPConnection, prompt: str) -> dict[str, Any]:
+def send(conn: http.client.HTTPConnection, prompt: str, max_tokens: int = 16) -> dict[str, Any]:
     body = {
         "model": "m",
         "prompt": prompt,
-        "max_tokens": 16,
+        "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -127,7 +127,9 @@ def measure(n: int, tokens: int, cmd_prefix: list[str] | None = None, seed: int 
     }
 
 
-def mock_cpu_case(repeats: int, server_cores: list[int] | None, n: int = 30, tokens: int = 120_000) -> dict[str, Any]:
+def mock_cpu_case(
+    repeats: int, server_cores: list[int] | None, n: int = 30, tokens: int = 120_000
+) -> dict[str, Any]:
     """`make bench`'s case: `measure` --repeats times, the mock on the server's core; medians."""
     from bench_common import median_dict, pinned
 

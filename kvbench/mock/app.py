@@ -23,6 +23,7 @@ from typing import IO, Any
 from aiohttp import web
 
 from kvbench.mock import completions
+from kvbench.mock.body_memo import BodyMemo
 from kvbench.mock.config import FixedDelayProfile, TieredProfile
 from kvbench.mock.engine import FixedDelayEngine, TieredEngine, Trace
 from kvbench.mock.faults import FaultConfig, FaultPlan
@@ -63,6 +64,7 @@ class MockApp:
             self.engine = FixedDelayEngine(profile, self.metrics)
         self.tokenizer = Tokenizer(self.engine.block_tokens, root=profile.model_name, cache_entries=128)
         self.tokenizer.ids(WORDS)
+        self.body_memo = BodyMemo()
         self.faults = FaultPlan(faults)
         self.exit_process_on_fault = exit_process_on_fault
         self.in_flight = 0

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 import uuid
 from typing import Any
 
 from aiohttp import web
 
+from kvbench.mock.body_memo import word_source
 from kvbench.mock.engine import Trace
-from kvbench.mock.http_replies import BadRequest, abort, error_response, log, read_json
+from kvbench.mock.http_replies import BadRequest, abort, error_response, json_object, log
 from kvbench.mock.responses import BodyWriter, JsonWriter, SseWriter, answer
 from kvbench.mock.serving import CompletionRequest, ServerState
 from kvbench.mock.tokenizer import PromptInfo, Tokenizer
@@ -80,14 +80,24 @@ async def _complete(app: ServerState, request: web.Request, chat: bool, trace: T
             429, "rate limited (injected fault)", "RateLimitError", {"Retry-After": str(fc.retry_after_s)}
         )
     try:
-        req = parse_request(app, await read_json(request), chat)
+        raw, charset = await request.read(), request.charset
+
+        def parse(raw: bytes) -> tuple[CompletionRequest, dict[str, Any]]:
+            body = json_object(raw, charset)
+            return parse_request(app, body, chat), body
+
+        req = app.body_memo.request(chat, raw, parse) if charset in (None, "utf-8") else parse(raw)[0]
     except (BadRequest, ValueError) as exc:
         trace.status, trace.http_status = "bad_request", 400
         return error_response(400, str(exc))
     trace.prompt_tokens = req.prompt.num_tokens
     endless = decision.stream_faults and fc.endless_stream
     tokens = app.engine.generate(req.prompt, 10**9 if endless else req.max_tokens, trace)
-    writer: BodyWriter = SseWriter(request, req, trace) if req.stream else JsonWriter(req, trace)
+    writer: BodyWriter
+    if req.stream:
+        writer = SseWriter(request, req, trace, hold_last=not decision.stream_faults)
+    else:
+        writer = JsonWriter(req, trace)
     try:
         return await answer(app, request, req, trace, tokens, decision, writer)
     finally:
@@ -118,7 +128,7 @@ def parse_request(app: ServerState, body: dict[str, Any], chat: bool) -> Complet
         stream=bool(body.get("stream", False)),
         include_usage=bool(opts.get("include_usage", False)) if isinstance(opts, dict) else False,
         model=str(body.get("model") or app.profile.model_name),
-        words=word_source(body, prompt),
+        words=word_source(body.get("temperature", 1.0), body.get("seed"), prompt),
     )
 
 
@@ -135,12 +145,3 @@ def extract_prompt(tokenizer: Tokenizer, body: dict[str, Any], chat: bool) -> Pr
     if not isinstance(p, str):
         raise BadRequest("'prompt' must be a string (batched or token-id prompts are not supported)")
     return tokenizer.prompt(p)
-
-
-def word_source(body: dict[str, Any], prompt: PromptInfo) -> random.Random:
-    """Temperature 0: words from the prompt alone; otherwise from `seed`, or at random."""
-    temperature = body.get("temperature", 1.0)
-    if temperature == 0:
-        return random.Random(prompt.seed)
-    seed = body.get("seed")
-    return random.Random(hash((prompt.seed, seed)) if seed is not None else None)

@@ -31,8 +31,13 @@ def error_response(
 
 async def read_json(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object; BadRequest when it is not one."""
+    return json_object(await request.read(), request.charset)
+
+
+def json_object(raw: bytes, charset: str | None = None) -> dict[str, Any]:
+    """A raw body (in `charset`, default UTF-8) as a JSON object; BadRequest when it is not one."""
     try:
-        body = await request.json(loads=json.loads)
+        body = json.loads(raw.decode(charset or "utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from None
     if not isinstance(body, dict):

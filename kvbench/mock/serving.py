@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kvbench.mock.config import FixedDelayProfile, TieredProfile
 from kvbench.mock.engine import FixedDelayEngine, TieredEngine, Trace
 from kvbench.mock.faults import FaultPlan
 from kvbench.mock.metrics import MockMetrics
 from kvbench.mock.tokenizer import PromptInfo, Tokenizer
+
+if TYPE_CHECKING:  # body_memo builds on CompletionRequest below
+    from kvbench.mock.body_memo import BodyMemo
 
 
 class ServerState(Protocol):
@@ -25,6 +28,7 @@ class ServerState(Protocol):
     profile: TieredProfile | FixedDelayProfile
     engine: TieredEngine | FixedDelayEngine
     tokenizer: Tokenizer
+    body_memo: BodyMemo
     faults: FaultPlan
     metrics: MockMetrics
     exit_process_on_fault: bool

@@ -54,27 +54,29 @@ async def _sequence(tmp: Path) -> list[dict[str, Any]]:
     order = [*range(len(texts)), *(rng.randrange(len(texts)) for _ in range(40))]
     gt = tmp / "gt.jsonl"
     answers = []
-    async with MockServer("ci", ground_truth=gt, profile_overrides=OVERRIDES) as srv:
-        async with aiohttp.ClientSession() as s:
-            for k, i in enumerate(order):
-                if k == 30:
-                    async with s.post(f"{srv.base_url}/reset_prefix_cache?tiers=G1,G2") as r:
-                        assert r.status == 200
-                chat = i % 4 == 1
-                body: dict[str, Any] = {"model": "m", "max_tokens": 4, "temperature": 0}
-                if chat:
-                    body["messages"] = [
-                        {"role": "system", "content": texts[0][:2000]},
-                        {"role": "user", "content": texts[i]},
-                    ]
-                else:
-                    body["prompt"] = texts[i]
-                path = "/v1/chat/completions" if chat else "/v1/completions"
-                async with s.post(srv.base_url + path, json=body) as r:
-                    out = await r.json()
-                    assert r.status == 200, out
-                choice = out["choices"][0]
-                answers.append(choice["message"]["content"] if chat else choice["text"])
+    async with (
+        MockServer("ci", ground_truth=gt, profile_overrides=OVERRIDES) as srv,
+        aiohttp.ClientSession() as s,
+    ):
+        for k, i in enumerate(order):
+            if k == 30:
+                async with s.post(f"{srv.base_url}/reset_prefix_cache?tiers=G1,G2") as r:
+                    assert r.status == 200
+            chat = i % 4 == 1
+            body: dict[str, Any] = {"model": "m", "max_tokens": 4, "temperature": 0}
+            if chat:
+                body["messages"] = [
+                    {"role": "system", "content": texts[0][:2000]},
+                    {"role": "user", "content": texts[i]},
+                ]
+            else:
+                body["prompt"] = texts[i]
+            path = "/v1/chat/completions" if chat else "/v1/completions"
+            async with s.post(srv.base_url + path, json=body) as r:
+                out = await r.json()
+                assert r.status == 200, out
+            choice = out["choices"][0]
+            answers.append(choice["message"]["content"] if chat else choice["text"])
     rows = [json.loads(line) for line in gt.read_text().splitlines()]
     assert len(rows) == len(order)
     return [
