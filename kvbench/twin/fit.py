@@ -127,8 +127,8 @@ def fit_cold(tokens: Sequence[int], ttft_s: Sequence[float], fixed_max: float | 
     return PrefillFit(a, c, f, quality(ttft_s, pred), method)
 
 
-def _medians_by_length(tokens: Sequence[int], ttft_s: Sequence[float]) -> list[tuple[int, float]]:
-    by: dict[int, list[float]] = {}
+def _medians_by_length(tokens: Sequence[float], ttft_s: Sequence[float]) -> list[tuple[float, float]]:
+    by: dict[float, list[float]] = {}
     for n, t in zip(tokens, ttft_s, strict=True):
         by.setdefault(n, []).append(t)
     return [(n, float(np.median(v))) for n, v in sorted(by.items())]
@@ -142,12 +142,16 @@ class OnboardFit:
 
 
 def fit_onboard(nbytes: Sequence[float], excess_s: Sequence[float]) -> OnboardFit:
-    """L and BW of excess = L + bytes/BW (the warm TTFT left after prefill, fixed cost and chunk tail)."""
+    """L and BW of excess = L + bytes/BW (the warm TTFT left after prefill, fixed cost and chunk tail),
+    fitted to each size's median like the cold rows; quality over every row."""
     if not nbytes:
         raise ValueError("warm rows: none with cached tokens, so no onboarding to fit")
-    fit = nonneg_lstsq({"latency": [1.0] * len(nbytes), "inv_bw": nbytes}, excess_s)
-    inv = fit.coef["inv_bw"]
-    return OnboardFit(fit.coef["latency"], 1.0 / inv if inv > 0 else None, fit.quality)
+    med = _medians_by_length(list(nbytes), excess_s)
+    x = [b for b, _ in med]
+    fit = nonneg_lstsq({"latency": [1.0] * len(x), "inv_bw": x}, [t for _, t in med])
+    latency, inv = fit.coef["latency"], fit.coef["inv_bw"]
+    q = quality(excess_s, [latency + b * inv for b in nbytes])
+    return OnboardFit(latency, 1.0 / inv if inv > 0 else None, q)
 
 
 @dataclass(frozen=True)
