@@ -48,6 +48,7 @@ def _rows(noise: float, seed: int = 0) -> list[dict]:
                     "phase": "ttft",
                     "label": label,
                     "status": "ok",
+                    "prompt_tokens_requested": n,
                     "prompt_tokens": n,
                     "prompt_tokens_server": n,
                     "cached_tokens": cached,
@@ -179,3 +180,15 @@ def test_block_size_is_read_from_the_cached_counts() -> None:
     assert infer_block([1023, 2047, 4095], 16) == 1  # llama.cpp: every token but the last
     assert infer_block([1984, 7984, 15984], 64) == 16  # whole 16-token blocks
     assert infer_block([4096], 16) == 16 and infer_block([], 32) == 32  # one length cannot tell
+
+
+def test_compare_gives_each_later_runs_relative_error(tmp_path: Path) -> None:
+    from kvbench.report.compare import error_table
+    from kvbench.report.summary import build_summary
+
+    slow = _run_dir(tmp_path, _rows(0.0), "real")
+    fast = _run_dir(tmp_path, [r | {"ttft_ms": r["ttft_ms"] * 0.8} for r in _rows(0.0)], "twin")
+    table = error_table(["real", "twin"], [build_summary(slow)[0], build_summary(fast)[0]])
+    by_metric = {row[1]: row[4] for row in table.rows}
+    assert by_metric[f"cold TTFT p50 at {LENGTHS[0]} tokens (ms)"] == "-20.0%"
+    assert by_metric["warm: TTFT p50 (ms)"] == "-20.0%"
