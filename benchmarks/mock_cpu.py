@@ -11,6 +11,7 @@ CPU is the mock process's own: the kernel's run time of every one of its threads
 for as long as the phase took). A busy machine stretches wall time, not this figure.
 
     python benchmarks/mock_cpu.py [N] [T]   -> one JSON line {"cold_ms", "cached_ms", ...}
+    (in `make bench`: mock_cpu_case, also a 16-token prompt as the per-request floor)
 """
 
 from __future__ import annotations
@@ -73,10 +74,12 @@ def send(conn: http.client.HTTPConnection, prompt: str, max_tokens: int = 16) ->
     return dict(usage[-1]["usage"]) if usage else {}
 
 
-def phase(pid: int, conn: http.client.HTTPConnection, texts: list[str]) -> tuple[float, float, list[int]]:
+def phase(
+    pid: int, conn: http.client.HTTPConnection, texts: list[str], max_tokens: int
+) -> tuple[float, float, list[int]]:
     """(mock CPU seconds, wall seconds, cached tokens per request) of sending `texts` one at a time."""
     c0, t0 = task_cpu_ns(pid), time.perf_counter()
-    cached = [send(conn, t)["prompt_tokens_details"]["cached_tokens"] for t in texts]
+    cached = [send(conn, t, max_tokens)["prompt_tokens_details"]["cached_tokens"] for t in texts]
     return (task_cpu_ns(pid) - c0) / 1e9, time.perf_counter() - t0, cached
 
 
@@ -86,7 +89,9 @@ def idle(pid: int, seconds: float) -> float:
     return (task_cpu_ns(pid) - c0) / 1e9
 
 
-def measure(n: int, tokens: int, cmd_prefix: list[str] | None = None, seed: int = 0) -> dict[str, Any]:
+def measure(
+    n: int, tokens: int, cmd_prefix: list[str] | None = None, seed: int = 0, max_tokens: int = 16
+) -> dict[str, Any]:
     """Start a mock, run the cold and the cached phase, return CPU per request (ms) and the checks."""
     cmd = [sys.executable, "-m", "kvbench.mock", "serve", "--profile", "ci", "--port", "0"]
     cmd += ["--announce", "--exit-on-stdin-eof", "--set", "time_scale=0.001"]
@@ -100,9 +105,9 @@ def measure(n: int, tokens: int, cmd_prefix: list[str] | None = None, seed: int 
         host, port = info["base_url"].removeprefix("http://").rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
         texts = prompts(n + 1, tokens, seed)
-        send(conn, texts[-1])  # warm up: imports on first use, the connection, the allocator
-        cold_cpu, cold_wall, cold_hits = phase(pid, conn, texts[:n])
-        cached_cpu, cached_wall, warm_hits = phase(pid, conn, texts[:n])
+        send(conn, texts[-1], max_tokens)  # warm up: first-use imports, the connection, the allocator
+        cold_cpu, cold_wall, cold_hits = phase(pid, conn, texts[:n], max_tokens)
+        cached_cpu, cached_wall, warm_hits = phase(pid, conn, texts[:n], max_tokens)
         idle_cpu = idle(pid, cold_wall) + idle(pid, cached_wall)
         conn.close()
     finally:
@@ -110,32 +115,77 @@ def measure(n: int, tokens: int, cmd_prefix: list[str] | None = None, seed: int 
             proc.stdin.close()
         proc.wait(timeout=30)
     per_s = idle_cpu / max(cold_wall + cached_wall, 1e-9)  # idle CPU per wall second
-    cold_ms = (cold_cpu - per_s * cold_wall) / n * 1e3
-    cached_ms = (cached_cpu - per_s * cached_wall) / n * 1e3
     return {
         "requests": n,
         "prompt_tokens": tokens,
-        "cold_ms": cold_ms,
-        "cached_ms": cached_ms,
+        "max_tokens": max_tokens,
+        "cold_ms": (cold_cpu - per_s * cold_wall) / n * 1e3,
+        "cached_ms": (cached_cpu - per_s * cached_wall) / n * 1e3,
         "idle_cpu_ms_per_s": per_s * 1e3,
         "cold_wall_ms": cold_wall / n * 1e3,
         "cached_wall_ms": cached_wall / n * 1e3,
         # the phases are what they say: nothing cached cold, every full block cached warm
         "cold_hits": sum(cold_hits),
         "cached_tokens_mean": sum(warm_hits) / n,
-        "target_ms": TARGET_MS,
     }
 
 
 def mock_cpu_case(
     repeats: int, server_cores: list[int] | None, n: int = 30, tokens: int = 120_000
 ) -> dict[str, Any]:
-    """`make bench`'s case: `measure` --repeats times, the mock on the server's core; medians."""
+    """`make bench`'s case: 120k-token prompts and 16-token ones (the per-request floor: HTTP, the
+    16-token stream, the trace), interleaved --repeats times, the mock on the server's core.
+
+    cold_ms / cached_ms: the mock's whole CPU per request. *_prompt_ms: what the long prompt adds
+    to a 16-token request of the same shape (the floor's cold figure for both: a 16-token prompt
+    has no whole block to cache), the part that grows with the prompt.
+    """
     from bench_common import median_dict, pinned
 
     prefix = pinned(["true"], server_cores)[:-1]  # taskset -c N (or nothing on one core)
-    reps = [measure(n, tokens, prefix, seed=i) for i in range(repeats)]
-    return {"median": median_dict(reps), "runs": reps}
+    long_runs, floor_runs = [], []
+    for i in range(repeats):
+        long_runs.append(measure(n, tokens, prefix, seed=i))
+        floor_runs.append(measure(n, 16, prefix, seed=i))
+    long, floor = median_dict(long_runs), median_dict(floor_runs)
+    out = {
+        "prompt_tokens": tokens,
+        "cold_ms": long["cold_ms"],
+        "cached_ms": long["cached_ms"],
+        "floor_ms": floor["cold_ms"],
+        "cold_prompt_ms": long["cold_ms"] - floor["cold_ms"],
+        "cached_prompt_ms": long["cached_ms"] - floor["cold_ms"],
+        "target_ms": TARGET_MS,
+    }
+    return {
+        **out,
+        "long": {"median": long, "runs": long_runs},
+        "floor": {"median": floor, "runs": floor_runs},
+    }
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The case's table for the bench's report ('' when it did not run)."""
+    m = res.get("mock_cpu")
+    if not m:
+        return ""
+    t = m["target_ms"]
+    rows = [
+        ("cold", m["cold_ms"], m["cold_prompt_ms"]),
+        ("cached", m["cached_ms"], m["cached_prompt_ms"]),
+    ]
+    lines = [
+        "",
+        f"## Mock CPU per request ({m['prompt_tokens']:,}-token prompts, 16 output tokens, streamed)",
+        "",
+        f"The mock process's own CPU (kernel run time of its threads, less idle). Floor: a 16-token "
+        f"prompt of the same shape, {m['floor_ms']:.3f} ms. Target {t} ms (issue #30).",
+        "",
+        "| phase | mock CPU per request (ms) | added by the long prompt (ms) | target met (added) |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {p} | {a:.3f} | {b:.3f} | {'yes' if b <= t else 'no'} |" for p, a, b in rows]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
