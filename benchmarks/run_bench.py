@@ -23,6 +23,7 @@ Cases (each repeated --repeats times, tools interleaved, median reported):
               client's core), interleaved: the ttft case (600 requests; also through one worker),
               the same with tokens 10 ms apart, and the capacity case (benchmarks/ray_bench.py)
   kvbench only: cpu (2,000 requests), long prompts, floor, mock cross-check, prompt build, CLI start
+  mock_cpu    the mock's own CPU per 120k-token request, cold and cached (benchmarks/mock_cpu.py)
 
 TTFT error = client TTFT (first token - sent) - server TTFT (first token written - received),
 matched by request id (bench_common.ttft_errors). CPU per request: kvbench and the aiohttp client
@@ -72,6 +73,8 @@ from bench_common import (
     uvloop_available,
 )
 from bench_report import markdown, summary
+from mock_cpu import markdown as mock_cpu_markdown
+from mock_cpu import mock_cpu_case
 from peers import VLLMBench, run_aiohttp, vllm_python
 from ray_bench import (
     RAY_ONE,
@@ -318,7 +321,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--cpu-requests", type=int, default=2000)
     ap.add_argument("--build-prompts", type=int, default=100)
     ap.add_argument(
-        "--only", default="", help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,build,cli,ray"
+        "--only",
+        default="",
+        help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,mock_cpu,build,cli,ray",
     )
     ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
@@ -329,6 +334,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli", "ray"}
+    every.add("mock_cpu")
     only = set(filter(None, args.only.split(","))) or every
     spawn([sys.executable, "-c", "pass"], Path(os.devnull), dict(os.environ))  # start it while small
     b = Bench(args)
@@ -403,6 +409,8 @@ def main() -> int:
             res["floor"] = b.floor()
         if "mock" in only:
             res["mock_crosscheck"] = b.mock_crosscheck()
+        if "mock_cpu" in only:  # the mock's own CPU per 120k-token request (benchmarks/mock_cpu.py)
+            res["mock_cpu"] = mock_cpu_case(args.repeats, b.server_cores)
         if "build" in only:
             res["prompt_build"] = b.prompt_build()
         if "cli" in only:
@@ -426,7 +434,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     # strict JSON (a statistic over no samples is null, never NaN) so jq and readme_table.py read it
     out.with_suffix(".json").write_text(strict_dumps(res, indent=2) + "\n")
-    md = markdown(res)
+    md = markdown(res) + mock_cpu_markdown(res)
     out.with_suffix(".md").write_text(md)
     print(md)
     return 0
