@@ -126,6 +126,21 @@ def llamacpp_system(work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, fit_record
 
 
+TARGET_PCT = 25.0
+# what the twin's model lacks, where a system's figures miss the target (read off these runs)
+LACKS = {
+    "mock-laptop": "the laptop's warm hits come from four tiers with small capacities (G1 hits cost "
+    "~0, evicted blocks come back from G2-G4): one fitted serving tier cannot be both; under 4 "
+    "connections its TTFT p50 misses the lower tiers' reads (req/s, bound by prefill, holds); its "
+    "warm sweep TTFTs (G1 hits, 0.6-4 ms) are within the harness's own 1-2 ms jitter.",
+    "llamacpp": "llama.cpp runs the 4 slots' prompts in shared batched steps, so a warm request's first "
+    "token waits for the step that also carries the other slots' prefill (TTFT p50 under load is "
+    "~250 ms measured, the twin's processor-shared GPU lets a 1-token suffix through at once); and on "
+    "2 shared cores its req/s moved from 3.5 to 7.5 across runs of the same scenario in ten minutes, "
+    "so one run's req/s error says as much about the machine's load as about the twin.",
+}
+
+
 def render(rows: list[dict[str, Any]], fits: dict[str, Any]) -> str:
     def f(x: float | None, spec: str = ".4g") -> str:
         return "n/a" if x is None else format(x, spec)
@@ -143,6 +158,12 @@ def render(rows: list[dict[str, Any]], fits: dict[str, Any]) -> str:
     for r in rows:
         err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
         lines.append(f"| {r['system']} | {r['metric']} | {f(r['measured'])} | {f(r['predicted'])} | {err} |")
+    missed = sorted(
+        {r["system"] for r in rows if r["error_pct"] is not None and abs(r["error_pct"]) > TARGET_PCT}
+    )
+    if missed:
+        lines += ["", f"## Where the target (<= {TARGET_PCT:g}%) is missed", ""]
+        lines += [f"- **{m}**: {LACKS.get(m, 'not explained yet')}" for m in missed]
     lines += ["", "## What each fit said", ""]
     for system, fit_record in fits.items():
         t = fit_record["terms"]
