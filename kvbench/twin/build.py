@@ -68,7 +68,7 @@ def _draft(
     }
     fabric = d["fabric"]
     fabric["topology"] = None
-    fabric["capacity_bytes_per_s"] = max(fabric.get("capacity_bytes_per_s") or 0.0, bw)
+    fabric["capacity_bytes_per_s"] = STAGING_HEADROOM * bw  # not fitted: out of the way of a what-if
     d.pop("fit", None)
     return d
 
@@ -133,14 +133,10 @@ def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model:
         notes.append("no warm rows: the serving tier is not fitted (latency 0, bandwidth unbounded)")
     draft = _draft(base, geometry, served, pf.a, pf.c, g4)
     decode = _decode(runs, _params(draft), draft, notes)
-    concurrency = [t.concurrency for r in runs for t in r.throughput] or [1]
-    draft["tiers"]["G4"]["aggregate_bandwidth_bytes_per_s"] = g4[1] * max(concurrency)
-    draft["fabric"]["capacity_bytes_per_s"] = max(
-        draft["fabric"]["capacity_bytes_per_s"], g4[1] * max(concurrency)
-    )
     notes.append(
-        f"no contention between concurrent reads up to {max(concurrency)} (aggregate = bandwidth x the "
-        "most connections seen); noise link sharing not fitted (the base's fabric knobs kept)"
+        "concurrent reads share the serving tier's bandwidth (its aggregate is the read bandwidth: a "
+        "what-if on tiers.G4.read_bandwidth_bytes_per_s moves both); the noise link is not fitted (at "
+        f"{STAGING_HEADROOM:g}x the bandwidth, the base's fabric knobs kept)"
     )
     if any(r.throughput for r in runs):
         notes.append(

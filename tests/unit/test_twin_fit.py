@@ -192,3 +192,13 @@ def test_compare_gives_each_later_runs_relative_error(tmp_path: Path) -> None:
     by_metric = {row[1]: row[4] for row in table.rows}
     assert by_metric[f"cold TTFT p50 at {LENGTHS[0]} tokens (ms)"] == "-20.0%"
     assert by_metric["warm: TTFT p50 (ms)"] == "-20.0%"
+
+
+def test_a_what_if_on_the_serving_tier_bandwidth_takes_effect(tmp_path: Path) -> None:
+    twin = build_twin(read_runs([_run_dir(tmp_path, _rows(0.0))]), "ibm-g4", None, None)
+    path = _write(tmp_path, twin.profile)
+    now = derive_params(load_profile(path))
+    doubled = derive_params(load_profile(path, {"tiers.G4.read_bandwidth_bytes_per_s": 2 * BW}))
+    n = max(LENGTHS)
+    saved = now.kv_bytes(now.cacheable_tokens(n)) / (2 * BW)  # half the read time
+    assert now.warm_ttft_s(n) - doubled.warm_ttft_s(n) == pytest.approx(saved, rel=1e-3)
