@@ -64,7 +64,7 @@ class MockApp:
             self.engine = FixedDelayEngine(profile, self.metrics)
         self.tokenizer = Tokenizer(self.engine.block_tokens, root=profile.model_name, cache_entries=128)
         self.tokenizer.ids(WORDS)
-        self.body_memo = BodyMemo()
+        self.body_memo: BodyMemo[Any] = BodyMemo()
         self.faults = FaultPlan(faults)
         self.exit_process_on_fault = exit_process_on_fault
         self.in_flight = 0

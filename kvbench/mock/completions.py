@@ -14,14 +14,15 @@ prompts, identical text); any other temperature draws words from `seed` if given
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import random
 import time
 import uuid
 from typing import Any
 
 from aiohttp import web
 
-from kvbench.mock.body_memo import word_source
 from kvbench.mock.engine import Trace
 from kvbench.mock.http_replies import BadRequest, abort, error_response, json_object, log
 from kvbench.mock.responses import BodyWriter, JsonWriter, SseWriter, answer
@@ -81,12 +82,19 @@ async def _complete(app: ServerState, request: web.Request, chat: bool, trace: T
         )
     try:
         raw, charset = await request.read(), request.charset
+        cpu0 = time.thread_time_ns()
 
-        def parse(raw: bytes) -> tuple[CompletionRequest, dict[str, Any]]:
+        def parse(raw: bytes) -> tuple[CompletionRequest, Any, Any]:
             body = json_object(raw, charset)
-            return parse_request(app, body, chat), body
+            return parse_request(app, body, chat), body.get("temperature", 1.0), body.get("seed")
 
-        req = app.body_memo.request(chat, raw, parse) if charset in (None, "utf-8") else parse(raw)[0]
+        if charset in (None, "utf-8"):
+            (req, temperature, seed), remembered = app.body_memo.get(chat, raw, parse)
+            if remembered:  # the answer's words are drawn afresh for every request
+                req = dataclasses.replace(req, words=word_source(temperature, seed, req.prompt))
+        else:
+            req = parse(raw)[0]
+        trace.mock_cpu_ms += (time.thread_time_ns() - cpu0) / 1e6
     except (BadRequest, ValueError) as exc:
         trace.status, trace.http_status = "bad_request", 400
         return error_response(400, str(exc))
@@ -145,3 +153,10 @@ def extract_prompt(tokenizer: Tokenizer, body: dict[str, Any], chat: bool) -> Pr
     if not isinstance(p, str):
         raise BadRequest("'prompt' must be a string (batched or token-id prompts are not supported)")
     return tokenizer.prompt(p)
+
+
+def word_source(temperature: Any, seed: Any, prompt: PromptInfo) -> random.Random:
+    """Temperature 0: words from the prompt alone; otherwise from `seed`, or at random."""
+    if temperature == 0:
+        return random.Random(prompt.seed)
+    return random.Random(hash((prompt.seed, seed)) if seed is not None else None)

@@ -67,6 +67,13 @@ class Trace:
     bytes_from_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOWER_TIERS, 0.0))
     g4_link_bytes_per_s: float | None = None
     fabric_capacity_bytes_per_s: float | None = None  # capacity of noise_link, noise or not
+    # The mock's own cost, so a report never reads it as the model's (report/mock_lateness.py):
+    # mock_cpu_ms, the CPU its event loop spent on this request's prompt (body, tokens, cache
+    # lookup and commit: what grows with the prompt); mock_late_ms, how much later than the model
+    # the first token was ready (real time the waits could not absorb: the mock's work before
+    # admission, timers woken late by a busy loop).
+    mock_cpu_ms: float = 0.0
+    mock_late_ms: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -356,6 +363,7 @@ class TieredEngine:
             trace.queue_ms = _ms_since(t0)
             n = prompt.num_tokens
             b = self.params.block_tokens
+            cpu0 = time.thread_time_ns()
             hit = self.cache.lookup(prompt.block_keys, self.params.cacheable_tokens(n) // b)
             c = hit.cached_tokens
             moved = self._bytes_by_tier(hit)
@@ -368,6 +376,7 @@ class TieredEngine:
             # The modelled TTFT is the whole server's, from receipt: the mock's own real work before
             # admission (reading the body, tokenizing) is part of it, not added to it, so it is
             # credited against the first waits (a 130k-token prompt takes ~20 ms of that at any pace).
+            trace.mock_cpu_ms += (time.thread_time_ns() - cpu0) / 1e6
             pacer = Pacer(lag=max(0.0, (t0 - trace.received_ns) / 1e9))
             t1 = time.perf_counter_ns()
             ends = await self._onboard(moved, pacer)
@@ -378,8 +387,11 @@ class TieredEngine:
             t2 = time.perf_counter_ns()
             await pacer.use(self.gpu, self.params.prefill_s(n, c))
             trace.prefill_ms = _ms_since(t2)
+            cpu0 = time.thread_time_ns()
             self.cache.commit(prompt.block_keys, hit, n // b)
             self.update_tier_gauges()
+            trace.mock_cpu_ms += (time.thread_time_ns() - cpu0) / 1e6
+            trace.mock_late_ms = pacer.lag * 1e3
             yield 0
             for i in range(1, max_tokens):
                 await self.decoder.step(n + i)

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
+from kvbench.mock.body_memo import BodyMemo
 from kvbench.mock.config import FixedDelayProfile, TieredProfile
 from kvbench.mock.engine import FixedDelayEngine, TieredEngine, Trace
 from kvbench.mock.faults import FaultPlan
 from kvbench.mock.metrics import MockMetrics
 from kvbench.mock.tokenizer import PromptInfo, Tokenizer
-
-if TYPE_CHECKING:  # body_memo builds on CompletionRequest below
-    from kvbench.mock.body_memo import BodyMemo
 
 
 class ServerState(Protocol):
@@ -28,7 +26,7 @@ class ServerState(Protocol):
     profile: TieredProfile | FixedDelayProfile
     engine: TieredEngine | FixedDelayEngine
     tokenizer: Tokenizer
-    body_memo: BodyMemo
+    body_memo: BodyMemo[Any]  # validated requests by raw body (completions.py)
     faults: FaultPlan
     metrics: MockMetrics
     exit_process_on_fault: bool

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvbench.report.formats import Section, Table, fmt, fmt_ci, fmt_ms_as_s
+from kvbench.report.mock_lateness import mock_lateness_section
 from kvbench.report.noise_report import noise_section
 from kvbench.report.summary import RunSummary
 from kvbench.results.schema import LengthRangeInfo, LoadShape
@@ -299,6 +300,7 @@ def build_sections(
         noise_section,
         published_section,
         phase_section,
+        mock_lateness_section,
         fit_section,
     ):
         s = make(summary)
