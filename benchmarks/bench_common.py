@@ -163,6 +163,7 @@ def run_kvbench(
     client_http: str = "raw",
     kernel_stamps: bool = True,
     env_extra: dict[str, str] | None = None,
+    tx_stamps: bool = True,
 ) -> dict[str, Any]:
     """`kvbench run` in a child process; its rows, manifest, CPU seconds and peak RSS."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -175,6 +176,7 @@ def run_kvbench(
     log = out_dir.parent / "kvbench.log"
     env = {**os.environ, "KVBENCH_CLIENT_HTTP": client_http}
     env["KVBENCH_KERNEL_STAMPS"] = "1" if kernel_stamps else "0"
+    env["KVBENCH_TX_STAMPS"] = "1" if tx_stamps else "0"  # kernel send stamps (txstamp), on top of receive
     env.update(env_extra or {})
     ru = spawn(pinned(cmd, cores), log, env)  # this child's own rusage (CPU, peak RSS)
     rc = ru["rc"]
@@ -227,6 +229,7 @@ def kvbench_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
                 "first_ns": None if first is None else first + origin,
                 "first_user_ns": None if user is None else user + origin,
                 "end_ns": None if r["end_ns"] is None else r["end_ns"] + origin,
+                "send_kernel": r.get("send_clock_source") == "kernel_tx",
             }
         )
     return out
@@ -243,7 +246,8 @@ def ttft_errors(rows: list[dict[str, Any]], gt: list[dict[str, Any]], concurrenc
         if key is not None and (key not in first_on_conn or g["received_ns"] < first_on_conn[key][0]):
             first_on_conn[key] = (g["received_ns"], g["request_id"])
     connecting = {rid for _, rid in first_on_conn.values()}
-    err, err_all, send, ret, lag, unmatched, failed = [], [], [], [], [], 0, 0
+    err, err_all, first_req, send, ret, lag, unmatched, failed = [], [], [], [], [], [], 0, 0
+    send_kernel = 0  # rows whose start is the kernel's TX stamp (kvbench's txstamp)
     merged: list[int] = []  # later tokens already in when the first token was read (see kstamp)
     paced = 0
     for r in rows:
@@ -257,7 +261,9 @@ def ttft_errors(rows: list[dict[str, Any]], gt: list[dict[str, Any]], concurrenc
         sent, first = r["sent_ns"], r["first_ns"]
         server_ttft = g["first_token_ns"] - g["received_ns"]
         err_all.append((first - sent - server_ttft) / 1e6)
+        send_kernel += bool(r.get("send_kernel"))
         if r["request_id"] in connecting:
+            first_req.append(err_all[-1])
             continue
         err.append((first - sent - server_ttft) / 1e6)
         send.append((g["received_ns"] - sent) / 1e6)
@@ -284,9 +290,11 @@ def ttft_errors(rows: list[dict[str, Any]], gt: list[dict[str, Any]], concurrenc
         "in_flight_time_avg": time_weighted_in_flight(gt, steady),
     }
     out["connects"] = len(connecting)
+    out["send_kernel_frac"] = send_kernel / len(err_all) if err_all else float("nan")
     out["first_read_merged_frac"] = len(merged) / paced if paced else float("nan")
     out["first_read_merged_tokens_mean"] = statistics.fmean(merged) if merged else 0.0
-    for name, xs in (("error", err), ("error_all", err_all), ("send", send), ("return", ret), ("lag", lag)):
+    pairs = (("error", err), ("error_all", err_all), ("error_first", first_req), ("send", send))
+    for name, xs in (*pairs, ("return", ret), ("lag", lag)):
         out[f"{name}_mean_ms"] = statistics.fmean(xs) if xs else float("nan")
         out[f"{name}_p50_ms"] = pct(xs, 0.5)
         out[f"{name}_p99_ms"] = pct(xs, 0.99)

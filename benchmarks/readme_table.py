@@ -42,7 +42,8 @@ def main() -> int:
     text = readme.read_text()
     a, b = block(text, str(readme))
     readme.write_text(text[:a] + md[i:j] + text[b:])
-    print(f"README.md: performance table from {latest.with_suffix('.md').name} ({res['date']})")
+    aiperf = "with AIPerf's column" if res.get("aiperf") == "ran" else f"without AIPerf ({res.get('aiperf')})"
+    print(f"README.md: performance table from {latest.with_suffix('.md').name} ({res['date']}), {aiperf}")
     return 0
 
 

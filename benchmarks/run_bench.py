@@ -5,11 +5,15 @@ each request arrived (the kernel's receive stamp of the read that completed it) 
 first token left (just after the write). In the same sitting, on the same server, with server
 and client pinned to different cores:
 
-  kvbench          the real `kvbench run` CLI (scenarios/ttft_error.yaml, --no-report --quiet)
-  kvbench (user)   the same with KVBENCH_KERNEL_STAMPS=0: the loop's own transport and stamps,
-                   i.e. the transport as it was before kernel receive stamps (the "today's" figures)
+  kvbench          the real `kvbench run` CLI (scenarios/ttft_error.yaml, --no-report --quiet),
+                   kernel receive and send stamps (TTFT kernel to kernel)
+  kvbench (rx)     the same with KVBENCH_TX_STAMPS=0: kernel receive stamps only, the send the
+                   loop's stamp before connect and write (kvbench before #30: "today's" figures)
+  kvbench (user)   with KVBENCH_KERNEL_STAMPS=0: the loop's own transport and stamps (before #18)
   vLLM bench serve vLLM's `bench serve` from the vLLM CPU venv (benchmarks/vllm_driver.py)
   aiohttp client   a plain aiohttp streaming client (benchmarks/aiohttp_client.py)
+  AIPerf           `aiperf profile` from its own venv, made on first use (benchmarks/aiperf_driver.py);
+                   without it (no index to install from) the bench says why in one line, no column
 
 Cases (each repeated --repeats times, tools interleaved, median reported):
   ttft        28 connections, 200 requests, 50 ms server TTFT, 16 tokens 1 ms apart
@@ -51,6 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiperf_driver import aiperf_bin, run_aiperf, version_line
 from bench_common import (
     HERE,
     PY,
@@ -75,7 +80,7 @@ from bench_common import (
 from bench_report import markdown, summary
 from mock_cpu import markdown as mock_cpu_markdown
 from mock_cpu import mock_cpu_case
-from peers import VLLMBench, run_aiohttp, vllm_python
+from peers import VLLMBench, run_aiohttp, vllm_python, write_tokenizer
 from ray_bench import (
     RAY_ONE,
     RAY_TOOL,
@@ -91,7 +96,7 @@ from kvbench.strict_json import dumps as strict_dumps
 
 RESULTS = HERE / "results"
 LOAD_LEVELS = {1: 100, 28: 600, 64: 1200, 256: 2000}  # connections: requests
-KVBENCH_TOOLS = ("kvbench", "kvbench_user")
+KVBENCH_TOOLS = ("kvbench", "kvbench_rx", "kvbench_user")
 
 
 class Bench:
@@ -104,6 +109,8 @@ class Bench:
         self.tools: list[str] = list(KVBENCH_TOOLS)
         self.base: dict[str, dict[str, float]] = {}
         self.ray_env: dict[str, str] | None = None  # set while the bench's Ray head is up
+        self.aiperf: Path | None = None  # AIPerf's executable, where it installed
+        self.aiperf_version = ""
 
     def _dir(self, name: str) -> Path:
         self.n += 1
@@ -133,12 +140,18 @@ class Bench:
                     self.args.client_http,
                     kernel_stamps=tool != "kvbench_user",
                     env_extra=self.ray_env if tool in RAY_WORKERS else None,
+                    tx_stamps=tool != "kvbench_rx",
                 )
                 run["common"] = kvbench_rows(run)
                 run["clock_source"] = run["manifest"].get("clock_source", "user")
                 run["worker_cpu_s"] = worker_cpu_s(run["manifest"])
             elif tool == "aiohttp":
                 run = run_aiohttp(url, requests, conc, d, self.client_cores)
+                run["common"] = run.pop("rows")
+            elif tool == "aiperf":
+                assert self.aiperf is not None
+                tok = write_tokenizer(self.tmp / "aiperf-tokenizer")
+                run = run_aiperf(self.aiperf, url, requests, conc, d, self.client_cores, tok)
                 run["common"] = run.pop("rows")
             else:
                 assert self.vllm is not None
@@ -359,6 +372,13 @@ def main() -> int:
                     peers_note = f"vLLM bench serve did not start: {str(exc).splitlines()[-1][:200]}"
             if b.vllm is None:
                 log(peers_note)
+            b.aiperf, aiperf_note = aiperf_bin()
+            if b.aiperf is not None:
+                b.tools.append("aiperf")
+                b.aiperf_version = version_line(b.aiperf)
+            else:
+                log(aiperf_note)  # the one line saying why its column is missing
+            res["aiperf"] = "ran" if b.aiperf is not None else aiperf_note
         res["machine"] = {
             "nproc": os.cpu_count(),
             "cpu_model": cpu_model(),
@@ -367,7 +387,7 @@ def main() -> int:
             "client_cores": b.client_cores,
             "uvloop_in_client": uvloop_available() and not args.no_uvloop,
             "client_http": args.client_http,
-            "versions": versions(b.vllm),
+            "versions": {**versions(b.vllm), **({"aiperf": b.aiperf_version} if b.aiperf else {})},
         }
         res["tools"] = list(b.tools)
         res["peers"] = peers_note if "vllm" not in b.tools else "ran"

@@ -244,7 +244,7 @@ class StampedTransport(asyncio.Transport):
             n, anc, _flags, _addr = self._sock.recvmsg_into((self._clock.buf,), _ANC)
         except (BlockingIOError, InterruptedError):
             if self.tx is not None:  # woken by POLLERR: a queued TX stamp, which wakes us until read
-                self.tx.drain()
+                self.tx.drain(everything=True)
             return
         except OSError as exc:
             self._fatal(exc)

@@ -126,8 +126,12 @@ class TxStamps:
             self.queued += nbytes
             self.due, self.real = True, None
 
-    def drain(self) -> None:
-        """Read the error queue without blocking; keep the stamp that covers the last byte written."""
+    def drain(self, everything: bool = False) -> None:
+        """Read the error queue without blocking until the due stamp came (`everything`: until empty).
+
+        One stamp comes per send(), so the common request (one write) costs one recvmsg and no
+        EAGAIN; a stamp left behind raises POLLERR, and the reader's empty wake-up reads it.
+        """
         last = (self.queued - 1) & 0xFFFFFFFF
         for _ in range(_MAX_DRAIN):
             try:
@@ -141,6 +145,8 @@ class TxStamps:
                 self.stamps += 1
                 if self.due and covers(got[0], last):
                     self.due, self.real = False, got[1]
+                    if not everything:
+                        return
 
     def take(self) -> int | None:
         """The current request's stamp (CLOCK_REALTIME ns), reading the queue once more if still due."""
