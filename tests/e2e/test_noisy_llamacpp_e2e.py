@@ -8,6 +8,7 @@ noise achieved is what fio reports. Skips when llama.cpp is not installed (it ne
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_noisy_throughput_with_fio_storage_noise(tmp_path: Path) -> None:
     if installed("llamacpp") is None:
         pytest.skip("llama.cpp is not installed (kvbench engines install llamacpp)")
+    if shutil.which("fio") is None:
+        pytest.skip("fio is not installed (.ci/run installs it; Debian: apt-get install fio)")
     from kvbench.report.noise_report import console_lines
     from kvbench.report.summary import build_summary
 
