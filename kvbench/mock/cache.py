@@ -30,8 +30,9 @@ import json
 import logging
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import BinaryIO
 
@@ -39,6 +40,7 @@ from kvbench.mock.config import TIER_NAMES
 
 log = logging.getLogger("kvbench.mock")
 MEMO_ENTRIES = 256  # lookups remembered (by prompt): more than a scenario's distinct prompts
+MAX_PENDING = 4096  # deferred touches per tier before they are applied anyway
 
 
 class LRUTier:
@@ -57,7 +59,8 @@ class LRUTier:
         self.enabled = enabled
         self.capacity_blocks = capacity_blocks if enabled else 0
         self._blocks: OrderedDict[int, None] = OrderedDict()
-        self._touched: dict[tuple[int, ...], None] = {}  # pending touches, oldest first
+        # pending touches, oldest first: (keys, start, end) by the range's name (touch())
+        self._touched: dict[Hashable, tuple[Sequence[int], int, int]] = {}
         self.evicted_blocks = 0
         # changes to the set of blocks (the lookup memo's check): inserts of new blocks; evictions
         # and clears
@@ -80,25 +83,36 @@ class LRUTier:
         """Whether each of `keys` is held (one C loop)."""
         return list(map(self._blocks.__contains__, keys))
 
-    def touch(self, keys: Sequence[int]) -> None:
-        """Mark the held ones of `keys` most recently used, in order (absent keys are skipped)."""
-        if not keys:
+    def touch(self, keys: Sequence[int], start: int = 0, end: int | None = None) -> None:
+        """Mark the held ones of keys[start:end] most recently used, in order (absent keys are
+        skipped). A range of a tuple is named by the tuple's identity: a prompt's keys are one
+        tuple for as long as the tokenizer remembers the prompt, and hashing 7,500 keys (or copying
+        them out) twice per request cost more than the rest of its cache work."""
+        stop = len(keys) if end is None else min(end, len(keys))
+        if stop <= start:
             return
-        batch = tuple(keys)  # no copy for a tuple
-        self._touched.pop(batch, None)
-        self._touched[batch] = None
+        if type(keys) is tuple and (start, stop) != (0, len(keys)):
+            name: Hashable = (id(keys), start, stop)  # alive while pending: the id stays its own
+            batch: tuple[Sequence[int], int, int] = (keys, start, stop)
+        else:
+            whole = tuple(keys[start:stop])  # no copy for a whole tuple
+            name, batch = whole, (whole, 0, len(whole))
+        self._touched.pop(name, None)
+        self._touched[name] = batch
+        if len(self._touched) > MAX_PENDING:  # many distinct ranges: keep the backlog bounded
+            self._apply_touches()
 
     def _apply_touches(self) -> None:
         pending, self._touched = self._touched, {}
         blocks = self._blocks
         move = blocks.move_to_end
-        for keys in pending:
+        for keys, a, b in pending.values():
             try:
-                deque(map(move, keys), 0)  # all held (the usual case): one C loop
+                deque(map(move, islice(keys, a, b)), 0)  # all held (the usual case): one C loop
             except KeyError:
                 # one was evicted after the touch: redo key by key. Moving a key to the end
                 # again leaves the same final order as moving it once.
-                for k in keys:
+                for k in islice(keys, a, b):
                     if k in blocks:
                         move(k)
 
@@ -276,14 +290,16 @@ class TieredKVCache:
         """Record a finished prefill of a prompt with `full_blocks` whole blocks."""
         g1, g2 = self.tiers[0], self.tiers[1]
         for name, a, b in hit.runs:
-            run = keys[a:b]
-            self.tier(name).touch(run)
-            if name == "G4" and self._log is not None:
-                self._append(run)
-            if name != "G1":
-                g1.insert(run)
-            if name in ("G3", "G4"):
-                g2.insert(run)
+            self.tier(name).touch(keys, a, b)
+            staged = name in ("G3", "G4") and g2.enabled
+            if (name == "G4" and self._log is not None) or (name != "G1" and g1.enabled) or staged:
+                run = keys[a:b]  # copied only where a tier takes the blocks in
+                if name == "G4" and self._log is not None:
+                    self._append(run)
+                if name != "G1":
+                    g1.insert(run)
+                if name in ("G3", "G4"):
+                    g2.insert(run)
         new = keys[hit.num_blocks : full_blocks]
         if new:
             for t in self._enabled:

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from kvbench.mock.engine import Trace
-from kvbench.mock.http_replies import BadRequest, abort, error_response, json_object, log
+from kvbench.mock.http_replies import BadRequest, abort, error_response, json_object, log, read_body
 from kvbench.mock.responses import BodyWriter, JsonWriter, SseWriter, answer
 from kvbench.mock.serving import CompletionRequest, ServerState
 from kvbench.mock.tokenizer import PromptInfo, Tokenizer
@@ -81,7 +81,7 @@ async def _complete(app: ServerState, request: web.Request, chat: bool, trace: T
             429, "rate limited (injected fault)", "RateLimitError", {"Retry-After": str(fc.retry_after_s)}
         )
     try:
-        raw, charset = await request.read(), request.charset
+        raw, charset = await read_body(request), request.charset
         cpu0 = time.thread_time_ns()
 
         def parse(raw: bytes) -> tuple[CompletionRequest, Any, Any]:
