@@ -56,6 +56,14 @@ def _point(row: dict[str, Any]) -> TtftPoint | None:
     return TtftPoint(tokens=n, cached=int(row.get("cached_tokens") or 0), ttft_s=float(ttft) / 1e3)
 
 
+def _rate(rows: list[dict[str, Any]]) -> float | None:
+    """ok requests per second over the rows' span (a manifest older than requests_ok_per_s)."""
+    sent = [r["sent_ns"] for r in rows if isinstance(r.get("sent_ns"), int)]
+    ends = [r["end_ns"] for r in rows if isinstance(r.get("end_ns"), int)]
+    span = (max(ends) - min(sent)) / 1e9 if sent and ends else 0.0
+    return len(rows) / span if span > 0 else None
+
+
 def read_run(run_dir: Path | str) -> RunData:
     """One run directory's fit inputs (UsageError: missing, not a run, or nothing to fit)."""
     path = Path(run_dir)
@@ -81,16 +89,15 @@ def read_run(run_dir: Path | str) -> RunData:
             data.itl.append((point.tokens + out // 2, float(itl) / 1e3))
     concurrency = m.load.concurrency if m.load is not None else 1
     for p in m.phases:
-        if p.label in THROUGHPUT_LABELS and p.requests_ok_per_s:
+        mine = [r for r in rows if r.get("phase") == p.name]
+        rate = p.requests_ok_per_s or _rate(mine)
+        if p.label in THROUGHPUT_LABELS and rate:
             ttfts = sorted(
-                float(r["ttft_ms"]) / 1e3
-                for r in rows
-                if r.get("phase") == p.name and isinstance(r.get("ttft_ms"), int | float)
+                float(r["ttft_ms"]) / 1e3 for r in mine if isinstance(r.get("ttft_ms"), int | float)
             )
             p50 = ttfts[len(ttfts) // 2] if ttfts else None
-            data.throughput.append(
-                ThroughputPoint(p.label, concurrency, float(p.requests_ok_per_s), p50, p.requests)
-            )
+            label = str(getattr(p.label, "value", p.label))
+            data.throughput.append(ThroughputPoint(label, concurrency, float(rate), p50, len(mine)))
     return data
 
 

@@ -202,3 +202,15 @@ def test_a_what_if_on_the_serving_tier_bandwidth_takes_effect(tmp_path: Path) ->
     n = max(LENGTHS)
     saved = now.kv_bytes(now.cacheable_tokens(n)) / (2 * BW)  # half the read time
     assert now.warm_ttft_s(n) - doubled.warm_ttft_s(n) == pytest.approx(saved, rel=1e-3)
+
+
+def test_throughput_runs_are_recorded_beside_the_ttft_fit(tmp_path: Path) -> None:
+    runs = read_runs([_run_dir(tmp_path, _rows(0.0)), THROUGHPUT_FIXTURE])
+    twin = build_twin(runs, "ibm-g4", None, None)
+    fit = load_profile(_write(tmp_path, twin.profile)).fit
+    assert fit is not None
+    observed = {o["label"]: o for o in fit.observed_throughput}
+    assert set(observed) == {"baseline", "cached"}
+    assert observed["cached"]["requests_per_s"] > observed["baseline"]["requests_per_s"] > 0
+    assert any("throughput rows are recorded, not fitted" in n for n in fit.notes)
+    assert twin.prefill.a == pytest.approx(A, rel=1e-6)  # the throughput rows do not enter the TTFT fit
