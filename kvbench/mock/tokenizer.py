@@ -137,17 +137,56 @@ def chat_token_bytes(messages: Sequence[Any], add_generation_prompt: bool = True
 def block_keys(tokens: Sequence[bytes], block_tokens: int, root: str = "") -> tuple[int, ...]:
     """Chained 64-bit keys of every full block of `tokens` (see module docstring)."""
     n_full = len(tokens) // block_tokens
-    if n_full == 0:
-        return ()
     join = _SEP.encode().join
-    blocks = [join(tokens[i : i + block_tokens]) for i in range(0, n_full * block_tokens, block_tokens)]
+    return _chain(
+        [join(tokens[i : i + block_tokens]) for i in range(0, n_full * block_tokens, block_tokens)], root
+    )
+
+
+def _chain(blocks: Sequence[bytes], root: str) -> tuple[int, ...]:
+    """The chained keys of blocks (each its tokens joined by 0x1f)."""
+    if not blocks:
+        return ()
     prev = hashlib.blake2b(root.encode(), digest_size=8).digest()
     digests = []
     b2b = hashlib.blake2b
     for blk in blocks:
         prev = b2b(prev + blk, digest_size=8).digest()
         digests.append(prev)
-    return struct.unpack(f"<{n_full}Q", b"".join(digests))
+    return struct.unpack(f"<{len(blocks)}Q", b"".join(digests))
+
+
+# Plain words (kvbench's own prompts): ASCII word characters and single spaces, nothing else.
+_WORD_BYTES = bytes(range(48, 58)) + bytes(range(65, 91)) + bytes(range(97, 123)) + b"_ "
+_SPACE_TO_SEP = bytes.maketrans(b" ", _SEP.encode())
+
+
+def plain_words_keys(text: str, block_tokens: int, root: str = "") -> tuple[int, tuple[int, ...]] | None:
+    """(token count, block keys) of a text of plain words, the same as block_keys(split_token_bytes)
+    gives, without a bytes object per token; None for any other text.
+
+    In such a text every token is a run between single spaces, so a block's tokens joined by 0x1f
+    are a slice of the text with its spaces made 0x1f: one translate, one numpy pass for the
+    spaces, a slice per block. A 120k-token prompt: ~1.5 ms instead of ~10 ms before the hashing.
+    """
+    if not text.isascii():
+        return None
+    data = text.encode("ascii")
+    if not data or data.translate(None, _WORD_BYTES) or data[0] == 32 or data[-1] == 32:
+        return None
+    import numpy as np  # a dependency of kvbench; imported on the first long prompt only
+
+    spaces = np.flatnonzero(np.frombuffer(data, np.uint8) == 32)
+    if len(spaces) > 1 and not bool((np.diff(spaces) > 1).all()):
+        return None  # two spaces in a row
+    n = len(spaces) + 1
+    n_full = n // block_tokens
+    ends: list[int] = spaces[block_tokens - 1 :: block_tokens].tolist()[:n_full]
+    if len(ends) < n_full:  # the last full block ends the text
+        ends.append(len(data))
+    starts = [0, *(e + 1 for e in ends[:-1])]
+    sep = data.translate(_SPACE_TO_SEP)
+    return n, _chain(list(map(sep.__getitem__, map(slice, starts, ends))), root)
 
 
 @dataclass(frozen=True)
@@ -175,14 +214,13 @@ class Tokenizer:
         self._id_memory = id_memory
 
     def _cached(
-        self, key: Hashable, digest: Callable[[], bytes], build: Callable[[], list[bytes]]
+        self, key: Hashable, digest: Callable[[], bytes], build: Callable[[], tuple[int, tuple[int, ...]]]
     ) -> PromptInfo:
         info = self._cache.get(key)
         if info is not None:
             self._cache.move_to_end(key)
             return info
-        tokens = build()
-        info = PromptInfo(digest(), len(tokens), block_keys(tokens, self.block_tokens, self.root))
+        info = PromptInfo(digest(), *build())
         self._cache[key] = info
         if len(self._cache) > self._cache_entries:
             self._cache.popitem(last=False)
@@ -194,7 +232,15 @@ class Tokenizer:
             h.update(text.encode("utf-8", "surrogatepass"))
             return h.digest()
 
-        return self._cached(("p", len(text), hash(text)), digest, lambda: split_token_bytes(text))
+        def build() -> tuple[int, tuple[int, ...]]:
+            return plain_words_keys(text, self.block_tokens, self.root) or self._count_and_keys(
+                split_token_bytes(text)
+            )
+
+        return self._cached(("p", len(text), hash(text)), digest, build)
+
+    def _count_and_keys(self, tokens: list[bytes]) -> tuple[int, tuple[int, ...]]:
+        return len(tokens), block_keys(tokens, self.block_tokens, self.root)
 
     def chat(self, messages: Sequence[Any], add_generation_prompt: bool = True) -> PromptInfo:
         parts: list[str] = []
@@ -211,7 +257,9 @@ class Tokenizer:
             return h.digest()
 
         key = ("c", add_generation_prompt, tuple(map(len, parts)), hash(tuple(parts)))
-        return self._cached(key, digest, lambda: chat_token_bytes(messages, add_generation_prompt))
+        return self._cached(
+            key, digest, lambda: self._count_and_keys(chat_token_bytes(messages, add_generation_prompt))
+        )
 
     def ids(self, tokens: Iterable[str]) -> list[int]:
         """Token ids, remembering id -> string for /detokenize (bounded memory)."""

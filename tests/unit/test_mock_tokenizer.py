@@ -73,3 +73,30 @@ def test_130k_token_prompt_tokenizes_and_hashes_fast():
     tk.prompt(text)
     tk.prompt(text)  # second time: from the prompt cache
     assert time.perf_counter() - t0 < 0.2
+
+
+def test_plain_words_fast_path_gives_the_same_count_and_keys() -> None:
+    """The plain-words path (kvbench's prompts) is the general tokenizer's result, exactly; any
+    text it does not cover (punctuation, other whitespace, double or edge spaces, non-ASCII) is
+    left to the general path."""
+    import random
+
+    from kvbench.mock.tokenizer import block_keys, plain_words_keys, split_token_bytes
+
+    rng = random.Random(3)
+    pieces = ["a", "bc", "x_1", "Zed", "9", " ", " ", " ", "  ", ",", "\t", "é", "\x1f"]
+    covered = 0
+    for trial in range(400):
+        plain = trial % 2 == 0
+        pool = pieces[:6] if plain else pieces
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(1, 120)))
+        for bt in (1, 4, 16):
+            fast = plain_words_keys(text, bt, "root")
+            toks = split_token_bytes(text)
+            if fast is not None:
+                covered += 1
+                assert fast == (len(toks), block_keys(toks, bt, "root")), (text, bt)
+    assert covered > 100  # the path is taken, not only refused
+    words = " ".join(rng.choice(["the", "of", "cache"]) for _ in range(16 * 40))
+    assert plain_words_keys(words, 16, "m") is not None
+    assert plain_words_keys(words + " ", 16, "m") is None and plain_words_keys("a, b", 16, "m") is None
