@@ -126,9 +126,13 @@ class LRUTier:
             return []
         self._apply_touches()
         # new keys appended, then every key moved to the end in order: the same order as
-        # inserting or refreshing them one by one, in two C loops
-        blocks.update(dict.fromkeys(keys))
-        deque(map(blocks.move_to_end, keys), 0)
+        # inserting or refreshing them one by one, in two C loops; none of them held before (a cold
+        # prompt's blocks): appending them is that order already
+        new = dict.fromkeys(keys)
+        refresh = len(new) != len(keys) or any(map(blocks.__contains__, keys))
+        blocks.update(new)
+        if refresh:
+            deque(map(blocks.move_to_end, keys), 0)
         evicted = []
         while len(blocks) > self.capacity_blocks:
             evicted.append(blocks.popitem(last=False)[0])
@@ -256,8 +260,8 @@ class TieredKVCache:
         enabled = self._enabled
         keys = keys[:max_blocks]
         n = len(keys)
-        if not enabled or n == 0:
-            return res
+        if not enabled or n == 0 or not any(keys[0] in t for t in enabled):
+            return res  # a cold prompt (its first block nowhere): no need to probe the other 7,499
         # held[k][i]: whether enabled tier k holds block i (one C loop per tier)
         held = [t.held(keys) for t in enabled]
 

@@ -181,10 +181,11 @@ def plain_words_keys(text: str, block_tokens: int, root: str = "") -> tuple[int,
         return None  # two spaces in a row
     n = len(spaces) + 1
     n_full = n // block_tokens
-    ends: list[int] = spaces[block_tokens - 1 :: block_tokens].tolist()[:n_full]
+    ends = spaces[block_tokens - 1 :: block_tokens][:n_full]
     if len(ends) < n_full:  # the last full block ends the text
-        ends.append(len(data))
-    starts = [0, *(e + 1 for e in ends[:-1])]
+        ends = np.append(ends, len(data))
+    starts = np.concatenate(([0], ends[:-1] + 1)).tolist() if n_full else []
+    ends = ends.tolist()
     sep = data.translate(_SPACE_TO_SEP)
     return n, _chain(list(map(sep.__getitem__, map(slice, starts, ends))), root)
 
