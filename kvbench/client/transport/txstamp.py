@@ -37,7 +37,8 @@ import struct
 import sys
 from typing import Any
 
-SO_TIMESTAMPING = getattr(socket, "SO_TIMESTAMPING", 37)  # asm-generic/socket.h
+# plain ints: the socket module's MsgFlag enum costs a conversion on every call of the hot path
+SO_TIMESTAMPING = int(getattr(socket, "SO_TIMESTAMPING", 37))  # asm-generic/socket.h
 SCM_TIMESTAMPING = SO_TIMESTAMPING
 SOF_TIMESTAMPING_TX_SOFTWARE = 1 << 1  # linux/net_tstamp.h
 SOF_TIMESTAMPING_SOFTWARE = 1 << 4
@@ -49,13 +50,16 @@ FLAGS = (
     | SOF_TIMESTAMPING_OPT_ID
     | SOF_TIMESTAMPING_OPT_TSONLY
 )
-MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)  # linux/socket.h
-IP_RECVERR = getattr(socket, "IP_RECVERR", 11)  # linux/in.h
-IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)  # linux/in6.h
+MSG_ERRQUEUE = int(getattr(socket, "MSG_ERRQUEUE", 0x2000))  # linux/socket.h
+IP_RECVERR = int(getattr(socket, "IP_RECVERR", 11))  # linux/in.h
+IPV6_RECVERR = int(getattr(socket, "IPV6_RECVERR", 25))  # linux/in6.h
 SO_EE_ORIGIN_TIMESTAMPING = 4  # linux/errqueue.h (SO_EE_ORIGIN_TXSTATUS)
 SCM_TSTAMP_SND = 0
 _ENOMSG = 42
 _EXT_ERR = struct.Struct("@IBBBBII")  # struct sock_extended_err
+_EXT_KEY = struct.Struct("@IB3xII")  # the same, the fields read: errno, origin, info, data
+_SOL_SOCKET = int(socket.SOL_SOCKET)
+_RECVERR = frozenset({(int(socket.IPPROTO_IP), IP_RECVERR), (int(socket.IPPROTO_IPV6), IPV6_RECVERR)})
 _TIMESPEC = struct.Struct("@qq")
 _ANC = socket.CMSG_SPACE(48) + socket.CMSG_SPACE(_EXT_ERR.size + 28) if hasattr(socket, "CMSG_SPACE") else 0
 _MAX_DRAIN = 64  # messages per drain: a queue that never empties is not ours to spin on
@@ -90,14 +94,12 @@ def parse(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, int] | None:
     """(ee_data byte offset, CLOCK_REALTIME ns) of one error-queue message; None if not a TX_SND stamp."""
     real = key = None
     for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPING and len(data) >= _TIMESPEC.size:
+        if kind == SCM_TIMESTAMPING and level == _SOL_SOCKET and len(data) >= 16:
             sec, nsec = _TIMESPEC.unpack_from(data)  # ts[0]: the software stamp
             if sec or nsec:
                 real = sec * 1_000_000_000 + nsec
-        elif (level, kind) in ((socket.IPPROTO_IP, IP_RECVERR), (socket.IPPROTO_IPV6, IPV6_RECVERR)) and len(
-            data
-        ) >= _EXT_ERR.size:
-            errno, origin, _t, _c, _p, info, data_ = _EXT_ERR.unpack_from(data)
+        elif (level, kind) in _RECVERR and len(data) >= 16:
+            errno, origin, info, data_ = _EXT_KEY.unpack_from(data)
             if errno == _ENOMSG and origin == SO_EE_ORIGIN_TIMESTAMPING and info == SCM_TSTAMP_SND:
                 key = data_
     return None if real is None or key is None else (key, real)
