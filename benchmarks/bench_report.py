@@ -177,7 +177,8 @@ def markdown(res: dict[str, Any]) -> str:
         "kernel's receive stamp), per request id; each connection's first request, which also waited "
         "for its TCP connect (the same for every tool), is left out except in the rows that say so. "
         "kvbench's start is the kernel's TX stamp of the request's last byte (send_clock_source "
-        "kernel_tx), its first token the kernel's RX stamp. `kernel receive stamps only` is "
+        "kernel_tx), its first token the kernel's RX stamp, so its first-request rows hold no TCP "
+        "connect (the request had not left), the other tools' do. `kernel receive stamps only` is "
         "KVBENCH_TX_STAMPS=0 (the send stamped by the loop before connect and write, as before #30): "
         "capacity and CPU targets are that column's figures. `loop stamps` is KVBENCH_KERNEL_STAMPS=0.",
         *([f"AIPerf: not in this run: {res['aiperf']}"] if res.get("aiperf", "ran") != "ran" else []),
