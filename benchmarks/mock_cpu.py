@@ -189,5 +189,5 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:3]]
-    print(json.dumps(measure(*(args or [30]), *([] if len(args) > 1 else [120_000]))))
+    argv = [int(a) for a in sys.argv[1:3]]
+    print(json.dumps(measure(argv[0] if argv else 30, argv[1] if len(argv) > 1 else 120_000)))
