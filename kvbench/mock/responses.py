@@ -26,6 +26,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator
+from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -45,6 +46,7 @@ WORDS = (
 )
 # fmt: on
 ENDLESS_MIN_GAP_S = 0.01
+_MARK = "\x00kvbench-token\x00"  # stands for a token's text in a chunk template (never a word)
 
 
 def usage(trace: Trace, completion_tokens: int) -> dict[str, Any]:
@@ -91,6 +93,7 @@ class SseWriter:
         # a stream fault may act after a token (close-after-K must see it sent).
         self.hold_last = hold_last
         self._tail = b""
+        self._templates: dict[bool, tuple[bytes, bytes]] = {}
         self.cid = completion_id(req.chat)
         self.created = int(time.time())
         self.object = "chat.completion.chunk" if req.chat else "text_completion"
@@ -128,8 +131,18 @@ class SseWriter:
         if self.req.chat:  # like vLLM: a role-only chunk first (it carries no text: not the first token)
             await self._send([self._choice(None, None, True)])
 
+    def _token_event(self, text: str, last: bool) -> bytes:
+        """What _event gives for one token, from the request's two templates (mid-stream, last):
+        only the text is encoded per token, not the whole chunk (byte-identical to json.dumps)."""
+        parts = self._templates.get(last)
+        if parts is None:
+            mark = json.dumps(_MARK).encode()
+            pre, post = self._event([self._choice(_MARK, "length" if last else None)]).split(mark)
+            parts = self._templates[last] = (pre, post)
+        return parts[0] + encode_basestring_ascii(text).encode() + parts[1]
+
     async def token(self, text: str, last: bool) -> None:
-        event = self._event([self._choice(text, "length" if last else None)])
+        event = self._token_event(text, last)
         if last and self.hold_last:
             self._tail = event  # sent by finish(), with what follows it at once
             return

@@ -77,3 +77,23 @@ async def test_a_close_fault_cuts_both_answers_at_the_same_token(tmp_path: Path)
                     await ask(s, srv.base_url, chat=False, stream=stream)
     traces = [json.loads(line) for line in gt.read_text().splitlines()]
     assert [(t["status"], t["completion_tokens"]) for t in traces] == [("fault_close", 3)] * 2
+
+
+def test_token_chunks_from_templates_are_the_json_dumps_bytes() -> None:
+    """A token's SSE chunk is built from per-request templates; it must be exactly the chunk
+    json.dumps of the whole payload gives, for text and chat, mid-stream and last."""
+    import random
+
+    from kvbench.mock.engine import Trace
+    from kvbench.mock.responses import SseWriter
+    from kvbench.mock.serving import CompletionRequest
+    from kvbench.mock.tokenizer import PromptInfo
+
+    prompt = PromptInfo(b"\x01" * 16, 3, ())
+    for chat in (False, True):
+        req = CompletionRequest(chat, prompt, 4, True, True, 'm"odel\\é', random.Random(0))
+        w = SseWriter(None, req, Trace("r", 0))  # type: ignore[arg-type]
+        for text in (" alpha", ' "quoted"\\', " naïve ☃", "", "x" * 5000, "\x00kvbench"):
+            for last in (False, True):
+                want = w._event([w._choice(text, "length" if last else None)])
+                assert w._token_event(text, last) == want, (chat, text, last)
