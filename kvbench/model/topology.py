@@ -219,12 +219,15 @@ def max_min_fair(capacities: Mapping[str, float], flows: Sequence[Flow]) -> list
                 left[n] -= step
         full = {n for n, c in left.items() if c <= _FULL * capacities[n]}
         active = {
-            i
-            for i in active
-            if not full.intersection(flows[i].path)
-            and (flows[i].demand is None or rates[i] < flows[i].demand * (1 - 1e-12))
+            i for i in active if not full.intersection(flows[i].path) and _wants_more(flows[i], rates[i])
         }
     return rates
+
+
+def _wants_more(flow: Flow, rate: float) -> bool:
+    """An elastic flow always does; a bounded one until it has its demand."""
+    demand = flow.demand
+    return demand is None or rate < demand * (1 - 1e-12)
 
 
 def two_links(name: str, storage_bytes_per_s: float, fabric_bytes_per_s: float, description: str) -> Topology:

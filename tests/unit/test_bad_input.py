@@ -137,7 +137,6 @@ def test_a_noise_kind_the_cluster_cannot_place_is_refused(monkeypatch):
     from kvbench.errors import UsageError
     from kvbench.run.names import check_names
     from kvbench.scenario import load_scenario
-
     from kvbench.scenario.cluster import ClusterSection
     from kvbench.scenario.noise import FioNoise
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import inspect
 import time
+from typing import Any
 
 import aiohttp
 
@@ -27,7 +28,7 @@ from kvbench.client.transport.base import (
 from kvbench.client.transport.http1 import DRAIN_S
 
 
-def head_limits() -> dict[str, int]:
+def head_limits() -> dict[str, Any]:
     """HEAD_LIMITS as this aiohttp takes them: `max_headers` came in aiohttp 3.13.4 (before it,
     32,768 headers passed)."""
     known = inspect.signature(aiohttp.ClientSession).parameters
