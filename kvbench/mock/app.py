@@ -30,7 +30,7 @@ from kvbench.mock.faults import FaultConfig, FaultPlan
 from kvbench.mock.http_replies import BadRequest, error_response, read_json
 from kvbench.mock.metrics import MockMetrics
 from kvbench.mock.responses import WORDS
-from kvbench.mock.tokenizer import Tokenizer, chat_tokens, split_tokens
+from kvbench.mock.tokenizer import Tokenizer, chat_tokens, plain_words_keys, split_tokens
 
 
 def mock_version() -> str:
@@ -65,6 +65,8 @@ class MockApp:
             self.engine = FixedDelayEngine(profile, self.metrics)
         self.tokenizer = Tokenizer(self.engine.block_tokens, root=profile.model_name, cache_entries=128)
         self.tokenizer.ids(WORDS)
+        # the plain-words path's first use imports numpy (~40 ms): here, not in the first request
+        plain_words_keys(" ".join(WORDS), self.engine.block_tokens)
         self.body_memo: BodyMemo[Any] = BodyMemo()
         self.faults = FaultPlan(faults)
         self.exit_process_on_fault = exit_process_on_fault

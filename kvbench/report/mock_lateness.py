@@ -9,7 +9,8 @@ read it as modelled reads or prefill would attribute the machine's speed to the 
 Per phase (requests.jsonl's `phase`, joined by request id): the mean lateness as a share of the
 mean modelled TTFT (the mock's TTFT from receipt, less the lateness). Above LATE_SHARE the section
 says WARNING and names the phase; a run without the mock's ground truth (a real server) or whose
-ground truth predates these fields gets no section.
+ground truth predates these fields gets no section. Phases labelled probe (the cold-start probes)
+are shown but never warn.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from kvbench.report.summary import RunSummary
 
 LATE_SHARE = 0.10  # the mock's lateness above this share of a phase's modelled TTFT: a warning
 GROUND_TRUTH = "mock_ground_truth.jsonl"
+PROBE = "probe"  # results.schema.Label.PROBE
+
+
+def _label(phase: object) -> str:
+    label = getattr(phase, "label", "")
+    return str(getattr(label, "value", label))
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,10 @@ def mock_lateness_section(summary: RunSummary) -> Section | None:
         ]
         for p in phases
     ]
-    late = [p.phase for p in phases if p.exceeded]
+    # the cold-start probes are shown, never warned about: they come first, into a mock whose code
+    # paths are not warm yet, and they measure no TTFT the report reads as the model's
+    probes = {p.phase for p in getattr(summary, "phases", None) or [] if _label(p) == PROBE}
+    late = [p.phase for p in phases if p.exceeded and p.phase not in probes]
     paras = [
         "The mock's own lateness: how much later than its model each first token was ready (its "
         "work before admission, timers a busy loop woke late), against the modelled TTFT; and the "

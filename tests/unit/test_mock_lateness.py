@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvbench.report.mock_lateness import LATE_SHARE, mock_lateness_section, phase_lateness
+from kvbench.results.schema import Label
 
 
 def _truth(rid: str, ttft_ms: float, late_ms: float, cpu_ms: float = 1.0) -> dict[str, Any]:
@@ -62,3 +63,14 @@ def test_section_warns_only_above_the_share(tmp_path: Path) -> None:
 def test_no_section_without_the_mock(tmp_path: Path) -> None:
     (tmp_path / "requests.jsonl").write_text(json.dumps({"request_id": "r", "phase": "p"}) + "\n")
     assert mock_lateness_section(SimpleNamespace(run=SimpleNamespace(run_dir=str(tmp_path)))) is None  # type: ignore[arg-type]
+
+
+def test_probe_phases_do_not_warn(tmp_path: Path) -> None:
+    """The cold-start probes are shown but do not warn; any other phase does."""
+    summary = _run_dir(tmp_path, 25.0)
+    summary.phases = [SimpleNamespace(phase="filled", label=Label.PROBE)]
+    section = mock_lateness_section(summary)  # type: ignore[arg-type]
+    assert section is not None and not any("WARNING" in p for p in section.paragraphs)
+    summary.phases = [SimpleNamespace(phase="filled", label=Label.CACHED)]
+    section = mock_lateness_section(summary)  # type: ignore[arg-type]
+    assert section is not None and any("WARNING" in p for p in section.paragraphs)
