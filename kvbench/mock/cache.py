@@ -21,7 +21,9 @@ Cost: lookup() and commit() run on every request, over every block of its prompt
 limit of a filled-cache phase. So: per-block work runs in C loops (map over a tier's dict,
 list.index); a replayed prompt's lookup is remembered while no tier's set of blocks changes (the
 same answer, by construction), and with one enabled tier (the published G4-only shape) already
-from the commit that filled it; and touches are deferred in whole batches (LRUTier).
+from the commit that filled it; and touches are deferred in whole batches (LRUTier), named by
+the prompt's key tuple and range, so a replayed prompt's touch neither copies nor hashes its keys.
+A cold prompt's lookup stops at its first block when no tier holds it.
 """
 
 from __future__ import annotations

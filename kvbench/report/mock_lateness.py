@@ -1,10 +1,11 @@
 """The embedded mock's own lateness, per phase: was the mock, not the model, part of a TTFT?
 
 The mock writes, per request (mock_ground_truth.jsonl, engine.Trace), `mock_late_ms`: how much
-later than its model the first token was ready (its own work before admission, timers woken late
-by a busy event loop), and `mock_cpu_ms`: the CPU its loop spent on the request's prompt. A
-time-scaled run on a slow machine can make that lateness a real part of every TTFT; a report that
-read it as modelled reads or prefill would attribute the machine's speed to the model.
+later than its model the first token was ready (its own work before admission, the body's
+arrival included, timers woken late by a busy event loop), and `mock_cpu_ms`: the CPU its loop
+spent on the request's prompt. A time-scaled run on a slow machine can make that lateness a real
+part of every TTFT; a report that read it as modelled reads or prefill would attribute the
+machine's speed to the model.
 
 Per phase (requests.jsonl's `phase`, joined by request id): the mean lateness as a share of the
 mean modelled TTFT (the mock's TTFT from receipt, less the lateness). Above LATE_SHARE the section
