@@ -8,7 +8,9 @@ the throughput scenario sends them (16 output tokens, usage included, temperatur
 CPU is the mock process's own: the kernel's run time of every one of its threads
 (/proc/PID/task/*/schedstat, nanoseconds: what getrusage sums, without the 10 ms ticks of
 /proc/PID/stat), read before and after each phase, less an idle baseline (the same process, idle
-for as long as the phase took). A busy machine stretches wall time, not this figure.
+for as long as the phase took). A busy machine stretches wall time, not this figure (it still moves
+it ~10%: shared caches, clock); where valgrind is installed the case also counts the mock's
+instructions per request under callgrind, which load does not move at all.
 
     python benchmarks/mock_cpu.py [N] [T]   -> one JSON line {"cold_ms", "cached_ms", ...}
     (in `make bench`: mock_cpu_case, also a 16-token prompt as the per-request floor)
@@ -18,8 +20,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +135,53 @@ def measure(
     }
 
 
+def instructions(n: int, tokens: int, seed: int = 0, max_tokens: int = 16) -> dict[str, float] | None:
+    """Millions of instructions the mock executes per request, cold and cached, under callgrind:
+    user space only (no syscalls), and the same on an idle or a loaded machine. None without
+    valgrind. The mock runs uninstrumented until its warm-up is done; each phase is one dump."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg"
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p"]
+        cmd += [sys.executable, "-m", "kvbench.mock", "serve", "--profile", "ci", "--port", "0"]
+        cmd += ["--announce", "--exit-on-stdin-eof", "--set", "time_scale=0.001"]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert proc.stdout is not None
+            info = json.loads(proc.stdout.readline())
+            host, port = info["base_url"].removeprefix("http://").rsplit(":", 1)
+            conn = http.client.HTTPConnection(host, int(port), timeout=600)
+            texts = prompts(n + 1, tokens, seed)
+            for _ in range(2):  # warm both paths (cold, then cached) before counting
+                send(conn, texts[-1], max_tokens)
+
+            def ctl(*args: str) -> None:
+                subprocess.run(
+                    ["callgrind_control", *args, str(info["pid"])], check=True, capture_output=True
+                )
+
+            ctl("-i", "on")
+            for name in ("cold", "cached"):
+                for text in texts[:n]:
+                    send(conn, text, max_tokens)
+                ctl("-d", name)
+            ctl("-i", "off")
+            conn.close()
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=120)
+        found: dict[str, float] = {}
+        for f in Path(tmp).glob("cg.*"):
+            text = f.read_text(errors="replace")
+            phase_name = re.search(r"^desc: Trigger: dump (cold|cached)$", text, re.M)
+            total = re.search(r"^totals: (\d+)", text, re.M)
+            if phase_name and total:
+                found[f"{phase_name.group(1)}_minstr"] = int(total.group(1)) / n / 1e6
+    return found
+
+
 def mock_cpu_case(
     repeats: int, server_cores: list[int] | None, n: int = 30, tokens: int = 120_000
 ) -> dict[str, Any]:
@@ -148,6 +200,7 @@ def mock_cpu_case(
         long_runs.append(measure(n, tokens, prefix, seed=i))
         floor_runs.append(measure(n, 16, prefix, seed=i))
     long, floor = median_dict(long_runs), median_dict(floor_runs)
+    counted = {"long": instructions(8, tokens), "floor": instructions(8, 16)}  # load-independent
     out = {
         "prompt_tokens": tokens,
         "cold_ms": long["cold_ms"],
@@ -156,6 +209,7 @@ def mock_cpu_case(
         "cold_prompt_ms": long["cold_ms"] - floor["cold_ms"],
         "cached_prompt_ms": long["cached_ms"] - floor["cold_ms"],
         "target_ms": TARGET_MS,
+        "instructions": counted if counted["long"] and counted["floor"] else None,
     }
     return {
         **out,
@@ -185,6 +239,14 @@ def markdown(res: dict[str, Any]) -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| {p} | {a:.3f} | {b:.3f} | {'yes' if b <= t else 'no'} |" for p, a, b in rows]
+    if m.get("instructions"):
+        lo, fl = m["instructions"]["long"], m["instructions"]["floor"]
+        lines += [
+            "",
+            "Under callgrind (user-space instructions, independent of the machine's load), millions "
+            f"per request: cold {lo['cold_minstr']:.2f}, cached {lo['cached_minstr']:.2f}; the "
+            f"16-token floor {fl['cold_minstr']:.2f} cold, {fl['cached_minstr']:.2f} cached.",
+        ]
     return "\n".join(lines) + "\n"
 
 
