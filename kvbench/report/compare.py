@@ -7,6 +7,7 @@ Runs are matched by label (cold, warm, baseline, cached, quiet, noisy).
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -116,6 +117,15 @@ def effect_rows(names: list[str], summaries: list[RunSummary]) -> list[list[str]
     return rows
 
 
+def mixed_tests_note(names: list[str], summaries: list[RunSummary]) -> str | None:
+    """One line when the runs are of different tests: their phases share labels, not meaning."""
+    tests = [str(s.run.test) for s in summaries]
+    if len(set(tests)) < 2:
+        return None
+    which = ", ".join(f"{n} is {t}" for n, t in zip(names, tests, strict=True))
+    return f"these runs are of different tests ({which}): phases are matched by label only"
+
+
 def compare_tables(names: list[str], summaries: list[RunSummary]) -> list[Section]:
     """The compare report's sections (without plots)."""
     overview = [
@@ -133,6 +143,7 @@ def compare_tables(names: list[str], summaries: list[RunSummary]) -> list[Sectio
         Section(
             "Runs",
             [f"Baseline of every ratio below: **{names[0]}** (the first run given), matched by label."]
+            + [f"**Warning:** {note}" for note in [mixed_tests_note(names, summaries)] if note]
             + [f"**{n}**: {s.banner}" for n, s in zip(names, summaries, strict=True) if s.banner],
             [Table(["run", "test", "status", "simulated", "target", "requests"], overview)],
         ),
@@ -211,6 +222,9 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
     html_path = out / "compare.html"
     html_path.write_text(to_html(title, sections), encoding="utf-8")
     write_json(out / "summary.json", {"baseline": names[0], "runs": summaries})
+    note = mixed_tests_note(names, summaries)
+    if note:
+        print(f"compare: warning: {note}", file=sys.stderr)
     if not quiet:
         print_table(phase_table(names, summaries), f"compare (baseline: {names[0]})")
         print_table(error_table(names, summaries), f"relative error vs {names[0]}")

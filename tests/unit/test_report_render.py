@@ -118,7 +118,17 @@ def test_compare_writes_tables_and_plots(tmp_path, capsys):
         assert (out / name).stat().st_size > 0
     md = (out / "compare.md").read_text()
     assert "Baseline of every ratio below: **throughput-7b2e90**" in md
-    assert "compare (baseline: throughput-7b2e90)" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "compare (baseline: throughput-7b2e90)" in captured.out
+    assert "different tests" not in captured.err + md  # both are throughput runs
+
+
+def test_compare_of_two_different_tests_says_so(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    compare_runs([RUNS / NAMES["ttft"], RUNS / NAMES["throughput"]], out, quiet=True)
+    err = capsys.readouterr().err
+    assert "different tests (ttft-3f9a1c is ttft, throughput-7b2e90 is throughput)" in err
+    assert "**Warning:** these runs are of different tests" in (out / "compare.md").read_text()
 
 
 def test_cli_report_and_compare(tmp_path):
