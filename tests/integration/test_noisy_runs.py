@@ -73,9 +73,12 @@ def check_attribution_against_ground_truth(run_dir: Path, summary, model_share_m
         t = gt[row.request_id]
         assert sum(t["onboard_ms_by_tier"].values()) == pytest.approx(t["onboard_ms"], abs=1e-6)
         assert sum(t["onboard_ms_by_link"].values()) == pytest.approx(t["onboard_ms"], abs=1e-6)
-        # received after the client sent; first token stamped before the client read it (the
-        # server's end is not compared: it stamps after its last write, which the client may read first)
-        assert t["received_ns"] >= row.sent_ns + origin
+        # received after the client began to send (a kernel-stamped sent_ns is when the LAST byte
+        # left, and the mock stamps a request when its head arrives); first token stamped before
+        # the client read it (the server's end is not compared: it stamps after its last write,
+        # which the client may read first)
+        began = row.sent_user_ns if row.send_clock_source == "kernel_tx" else row.sent_ns
+        assert t["received_ns"] >= began + origin
         assert t["first_token_ns"] <= row.first_token_ns + origin
 
 
