@@ -181,3 +181,25 @@ async def test_through_aiohttp_the_row_says_user(monkeypatch):
     rec, _truth, manifest = await _one_request("aiohttp")  # as https:// goes
     assert rec.ok and rec.send_clock_source == "user" and rec.sent_user_ns is None
     assert manifest["clock_source"] == "user"
+
+
+def test_the_cli_carries_a_long_prompt_under_uvloop(tmp_path):
+    """`kvbench run` runs on uvloop when installed; with TX stamps on, a body larger than the send
+    buffer once never finished there (make run hung on its first 30k-token prompt)."""
+    pytest.importorskip("uvloop")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvbench", "run", "ttft", "--set", "prompts.lengths=[30000]",
+         "--output-dir", str(tmp_path), "--no-report", "--quiet"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_tx_stamps_stay_off_under_uvloop_and_on_under_asyncio():
+    async def refused() -> str | None:
+        return txstamp.loop_refuses()
+
+    assert asyncio.run(refused()) is None
+    uvloop = pytest.importorskip("uvloop")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert "uvloop" in (runner.run(refused()) or "")

@@ -31,6 +31,7 @@ Nothing here imports kvbench.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import struct
@@ -159,8 +160,26 @@ class TxStamps:
         return real
 
 
+def loop_refuses() -> str | None:
+    """Why the running event loop cannot carry TX stamps; None for asyncio's own loop.
+
+    Under uvloop a request body larger than the socket's send buffer never finished once stamps
+    were on (libuv's write watcher meets the error queue's POLLERR): `kvbench run ttft` hung on its
+    first 30k-token prompt. asyncio's selector loop hands POLLERR to the read side, where the
+    stamps are drained, and carries 130k-token bodies.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    module = type(loop).__module__
+    return None if module.startswith("asyncio") else f"not under the {module.split('.')[0]} event loop"
+
+
 def attach(sock: socket.socket) -> TxStamps | None:
     """A send-stamp reader for a connected socket (kstamp.open_stamped's hook); None where refused."""
+    if loop_refuses() is not None:
+        return None
     return TxStamps(sock) if enable(sock) else None
 
 
