@@ -99,35 +99,36 @@ async def test_laptop_returning_users_are_served_from_lower_tiers(tmp_path):
     assert set(phases) == {"cached", "baseline"} and phases["cached"]["sessions"]["turns"] == 48
 
 
-@pytest.mark.timing
 async def test_ibm_g4_serves_history_from_g4_and_demotes_past_a_small_g1(tmp_path):
-    """As published (G1, G2 caching off) every reused turn comes from G4; with a small G1 turned on
-    an immediate follow-up hits G1 and a returning user falls back to G4."""
-    common = {
-        "target.mock_profile": "ibm-g4",
-        "output.max_tokens": 16,
-        **_knobs(
-            users=8,
-            active_users=8,
-            turns=3,
-            system_prompt_tokens=1000,
-            first_message_tokens=4000,
-            turn_tokens=500,
-            think_time={"distribution": "fixed", "mean_s": 0.05, "long_probability": 0.4, "long_s": 1.5},
-        ),
-    }
-    outcome, turns, _ = await run(tmp_path, **common, **{"target.mock_overrides": {"time_scale": 0.05}})
+    """As published (G1, G2 caching off) every reused turn comes from G4. With a small G1 turned on,
+    a user alone keeps its history in G1 however long it thinks, and with 8 users a returning one
+    finds the others have pushed it down to G4: what demotes it is their traffic, not the pause.
+    (With 8 users an immediate follow-up hits G1 only when no other user's turn lands in between,
+    which depends on how busy the host is, so that arm asserts only the returning users.)"""
+    think = {"distribution": "fixed", "mean_s": 0.05, "long_probability": 0.4, "long_s": 1.5}
+    shape = {"turns": 3, "system_prompt_tokens": 1000, "first_message_tokens": 4000, "turn_tokens": 500}
+    common = {"target.mock_profile": "ibm-g4", "output.max_tokens": 16}
+    crowd = {**common, **_knobs(users=8, active_users=8, think_time=think, **shape)}
+    outcome, turns, _ = await run(tmp_path, **crowd, **{"target.mock_overrides": {"time_scale": 0.05}})
     assert outcome.exit_code == 0
     later = [t for t in turns if t["turn"] > 0]
     assert later and all(t["tier"] == "G4" for t in later)
     # gpt-oss-120b full-attention KV is 36,864 B/token: 2.5e8 B of G1 is ~6,800 tokens, about one user
     g1 = {"time_scale": 0.05, "tiers.G1.enabled": True, "tiers.G1.capacity_bytes": 2.5e8}
-    outcome, turns, _ = await run(tmp_path, **common, **{"target.mock_overrides": g1})
+    outcome, turns, _ = await run(tmp_path, **crowd, **{"target.mock_overrides": g1})
+    assert outcome.exit_code == 0
+    returning = [t for t in turns if t["turn"] > 0 and t["think_s"] == 1.5]
+    assert returning and all(t["tier"] == "G4" for t in returning), sorted(
+        (t["think_s"], t["tier"]) for t in returning
+    )
+    # one user alone, with a long pause drawn for some turns: nothing else evicts its history
+    think_alone = {**think, "long_probability": 0.5}
+    alone = {**common, **_knobs(users=1, active_users=1, think_time=think_alone, **{**shape, "turns": 4})}
+    outcome, turns, _ = await run(tmp_path, **alone, **{"target.mock_overrides": g1})
     assert outcome.exit_code == 0
     later = [t for t in turns if t["turn"] > 0]
-    tiers = {t["tier"] for t in later}
-    assert "G4" in tiers and "G1" in tiers, sorted((t["think_s"], t["tier"]) for t in later)
-    assert all(t["tier"] == "G4" for t in later if t["think_s"] == 1.5)
+    assert len(later) == 3 and any(t["think_s"] == 1.5 for t in later)
+    assert all(t["tier"] == "G1" for t in later), [(t["think_s"], t["tier"]) for t in later]
 
 
 async def test_open_loop_caps_users_in_flight_and_context(tmp_path):
