@@ -194,7 +194,7 @@ def clean_json(obj: Any) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.write_text(
-        json.dumps(clean_json(data), indent=2, default=_json_default, allow_nan=False) + "\n",
-        encoding="utf-8",
-    )
+    from kvbench.results.files import write_text_atomic
+
+    text = json.dumps(clean_json(data), indent=2, default=_json_default, allow_nan=False)
+    write_text_atomic(path, text + "\n")

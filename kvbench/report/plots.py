@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvbench.results.files import save_figure_atomic
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -304,5 +306,4 @@ def plot_bars(
 
 
 def save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure_atomic(fig, path, dpi=110)

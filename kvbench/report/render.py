@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kvbench.report.formats import clean_json as _clean  # noqa: F401  (the audit command's JSON output)
 from kvbench.report.formats import print_table, to_html, to_markdown, write_json
+from kvbench.results.files import write_text_atomic
 
 
 def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None) -> Path:
@@ -48,6 +49,9 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
 
     over_time = slices_section(run_dir, df, geometry)  # the run in time slices: table, slices.csv, PNGs
     extra = [over_time] if over_time is not None else []
+    from kvbench.report.slo_section import slo_section
+
+    extra += [s for s in [slo_section(run_dir)] if s is not None]  # the scenario's slo: attainment, goodput
     summary = summary.model_copy(
         update={"plots": [p.name for p in images + [i for s in extra for i in s.images]]}
     )
@@ -55,9 +59,9 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
     run = summary.run
     title = f"kvbench report: {run.run_id}"
     sections = build_sections(summary, images, extra)
-    (run_dir / "report.md").write_text(to_markdown(title, sections), encoding="utf-8")
+    write_text_atomic(run_dir / "report.md", to_markdown(title, sections))
     html_path = run_dir / "report.html"
-    html_path.write_text(to_html(title, sections, summary.banner), encoding="utf-8")
+    write_text_atomic(html_path, to_html(title, sections, summary.banner))
     if not quiet:
         print_table(key_table(summary), f"{run.run_id} ({run.status_text})", summary.banner)
     for line in console_lines(summary):  # a noisy run's three lines: effect, bottleneck, noise

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.report.formats import Section, Table, fmt
 from kvbench.results import read_jsonl
+from kvbench.results.files import save_figure_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY
 
 if TYPE_CHECKING:
@@ -251,6 +252,6 @@ def save_replay_plots(run_dir: Path) -> list[Path]:
         fig, (ax,) = new_figure()
         fn(ax, df)
         path = run_dir / f"replay_{name}.png"
-        fig.savefig(path, dpi=110)
+        save_figure_atomic(fig, path, dpi=110)
         out.append(path)
     return out

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvbench.results.files import save_figure_atomic
 from kvbench.results.turns import TIER_ORDER, TURNS, per_tier, per_turn
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ def save_session_plots(df: pd.DataFrame, out_dir: Path, prefix: str = "sessions"
         fig, (ax,) = new_figure()
         fn(ax, df)
         path = out_dir / f"{prefix}_{name}.png"
-        fig.savefig(path, dpi=110)
+        save_figure_atomic(fig, path, dpi=110)
         out.append(path)
     return out
 
@@ -305,5 +306,5 @@ def compare_sessions(
         return None, path
     fig, (ax,) = new_figure()
     plot_compare_ttft(ax, [(n, read_turns(Path(d))) for n, d in zip(names, run_dirs, strict=True)])
-    fig.savefig(path, dpi=110)
+    save_figure_atomic(fig, path, dpi=110)
     return ("Sessions: cached TTFT per turn", [], [Table(header, rows)]), path

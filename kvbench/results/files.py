@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import secrets
@@ -115,10 +116,15 @@ class JsonlWriter:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader sees the
     old copy or the new one, never a part (a full disk fails the write, not the file)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """`write_text_atomic` for bytes (pictures, Parquet)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
+        with tmp.open("wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -126,6 +132,15 @@ def write_text_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise WriteFailed(path, exc) from None
+
+
+def save_figure_atomic(fig: Any, path: Path, **savefig_kw: Any) -> Path:
+    """A matplotlib figure rendered in memory, then written like any other file: a full disk never
+    leaves a truncated picture under the final name."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", **savefig_kw)
+    write_bytes_atomic(path, buf.getvalue())
+    return path
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -137,10 +137,11 @@ def analyze_command(
     )
     doc = a.to_dict() | {"block_bytes": block_bytes}
     if out is not None:
+        from kvbench.results.files import write_json_atomic
         from kvbench.traces.plots import write_plots
 
         out.mkdir(parents=True, exist_ok=True)
-        (out / "analysis.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(out / "analysis.json", doc)
         written = write_plots(a, out, block_bytes)
     print(json.dumps(doc, indent=2) if as_json else render_table(a, block_bytes))
     if out is not None and not as_json:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvbench.results.files import save_figure_atomic
 from kvbench.traces.analyze import TraceAnalysis
 from kvbench.traces.sizing import TIER_NAMES
 
@@ -25,7 +26,7 @@ def _figure() -> tuple[Figure, Axes]:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
+    save_figure_atomic(fig, path, dpi=110)
     return path
 
 

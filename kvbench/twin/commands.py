@@ -47,7 +47,9 @@ def fit_cmd(
     twin = build_twin(read_runs(list(run_dirs)), base, model, None)
     twin.profile["name"] = output.stem
     try:
-        output.write_text(render_yaml(twin.profile), encoding="utf-8")
+        from kvbench.results.files import write_text_atomic
+
+        write_text_atomic(output, render_yaml(twin.profile))
     except OSError as exc:
         raise UsageError(f"-o {output}: cannot write ({exc.strerror or type(exc).__name__})") from None
     for line in summary_lines(twin, output, base):
