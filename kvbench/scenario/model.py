@@ -10,6 +10,7 @@ from kvbench.scenario.cluster import ClusterSection
 from kvbench.scenario.load import Load, SequentialLoad
 from kvbench.scenario.noise import Noise, NoNoise
 from kvbench.scenario.sections import Cache, Output, Prompts, Strict, Target, Telemetry, flag
+from kvbench.scenario.slo import Slo, slo_problem
 from kvbench.scenario.testtypes import SECTIONS, TestSection
 
 
@@ -51,6 +52,7 @@ class Scenario(Strict):
         json_schema_extra=flag("retries"),
     )
     reference: str | None = Field("ibm-g4", description="Published dataset to compare against, or null.")
+    slo: Slo | None = Field(None, description="Latency bounds for attainment and goodput (--slo overrides).")
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +78,7 @@ class Scenario(Strict):
             if self.load.workers:
                 raise ValueError("load.workers: load workers need cluster.backend: ray (0 = this process)")
         problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
+        problem = problem or (self.slo and slo_problem(self.slo.bounds(), self.output.max_tokens, "slo:"))
         if problem:
             raise ValueError(problem)
         shared = self.prompts.shared_prefix_tokens

@@ -43,7 +43,7 @@ def sweep_cmd(
     base_url: Annotated[str | None, typer.Option(help="Server root URL; absent = the embedded mock.")] = None,
     slo: Annotated[
         list[str] | None,
-        typer.Option("--slo", help="NAME=MS: ttft_p50_ms, ttft_p99_ms, itl_p99_ms, e2e_p99_ms."),
+        typer.Option("--slo", help="NAME=MS: ttft_p50_ms, ttft_p99_ms, itl_p99_ms, e2e_p99_ms (else slo:)."),
     ] = None,
     attainment: Annotated[float, typer.Option(help="Share of requests that must meet the SLO.")] = 0.9,
     search: Annotated[
@@ -132,7 +132,7 @@ def make_plan(
     """The sweep's plan from its flags; every flag checked (one line, exit 2) before any point."""
     from kvbench.configfile import parse_set
     from kvbench.errors import UsageError
-    from kvbench.sweep.grid import parse_over, parse_range, parse_slo
+    from kvbench.sweep.grid import parse_over, parse_range, parse_slo, scenario_slo
     from kvbench.sweep.state import SearchPlan, SweepPlan
 
     common = parse_set(sets)
@@ -142,7 +142,7 @@ def make_plan(
         common["target.base_url"] = base_url
     if not 0 < attainment <= 1:
         raise UsageError(f"--attainment {attainment}: a share, above 0 and at most 1")
-    goals = parse_slo(slo)
+    goals = parse_slo(slo) or scenario_slo(scenario, common)  # --slo overrides the scenario's slo:
     plan = SweepPlan(
         scenario=scenario,
         sets=common,

@@ -14,8 +14,8 @@ from typing import Any
 
 from kvbench.configfile import field_at, parse_set, read_value
 from kvbench.errors import UsageError
+from kvbench.scenario.slo import SLO_METRICS, slo_problem
 from kvbench.scenario.testtypes import translate_key
-from kvbench.sweep.goodput import SLO_METRICS
 
 MAX_FIELDS = 2
 MAX_POINTS = 1000
@@ -137,8 +137,21 @@ def parse_slo(items: list[str]) -> dict[str, float]:
 
 def check_slo_produced(slo: dict[str, float], scn: Any) -> None:
     """An SLO on a metric this test cannot produce is bad input, not an empty column later."""
-    if any(k.startswith("itl") for k in slo) and scn.output.max_tokens < 2:
-        raise UsageError(
-            f"--slo itl_p99_ms: output.max_tokens is {scn.output.max_tokens}, so no request has an "
-            "inter-token latency (set output.max_tokens to 2 or more)"
-        )
+    problem = slo_problem(slo, scn.output.max_tokens, "--slo")
+    if problem:
+        raise UsageError(problem)
+
+
+def scenario_slo(scenario: str, sets: dict[str, str]) -> dict[str, float]:
+    """The scenario's own `slo:` bounds (with the common --set overrides), used when no --slo is
+    given. A scenario that does not load here says so again, as one line, when its points are
+    checked."""
+    from kvbench.configfile import Raw
+    from kvbench.errors import KvbenchError
+    from kvbench.scenario import load_scenario
+
+    try:
+        scn, _ = load_scenario(scenario, {k: Raw(v) for k, v in sets.items()})
+    except KvbenchError:
+        return {}
+    return scn.slo.bounds() if scn.slo is not None else {}

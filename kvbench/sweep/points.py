@@ -6,8 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kvbench.report.goodput import point_metrics
 from kvbench.results import REQUESTS, load_record, read_jsonl
-from kvbench.sweep.goodput import point_metrics
 
 # rows that are not a measurement of the load: cold-start probes, cache fills, TTFT fillers
 NOT_MEASURED = frozenset({"probe", "fill", "filler"})

@@ -1,4 +1,5 @@
-"""SLO attainment and goodput of one point, from its saved rows: pure functions, no I/O.
+"""SLO attainment and goodput of one point (a sweep's, or a run's phase), from its saved rows:
+pure functions, no I/O. Below the sweep so that a run's own report judges the scenario's `slo:`.
 
 A request is *good* when every metric an SLO bounds is within the bound: its TTFT, its mean
 inter-token latency (vLLM's TPOT) and its end-to-end time. When both a p50 and a p99 bound name
@@ -19,13 +20,7 @@ from typing import Any
 
 import numpy as np
 
-# SLO field -> (row column, percentile)
-SLO_METRICS: dict[str, tuple[str, float]] = {
-    "ttft_p50_ms": ("ttft_ms", 50.0),
-    "ttft_p99_ms": ("ttft_ms", 99.0),
-    "itl_p99_ms": ("itl_ms_mean", 99.0),
-    "e2e_p99_ms": ("e2e_ms", 99.0),
-}
+from kvbench.scenario.slo import SLO_METRICS
 
 Z95 = 1.959963984540054
 
