@@ -148,8 +148,12 @@ def _select(ann: Any, part: str, node: Any) -> Any | None:
             found.append(typing.get_args(member)[1])
     if not found:
         return None
-    # setting a union's tag itself: any member's tag will do
-    return found[0] if len(found) == 1 else Union[tuple(found)]  # noqa: UP007
+    if len(found) == 1:
+        return found[0]
+    # setting a union's tag itself: any member's tag will do, and an error names them all
+    if all(typing.get_origin(f) is typing.Literal for f in found):
+        return typing.Literal[tuple(dict.fromkeys(v for f in found for v in typing.get_args(f)))]
+    return Union[tuple(found)]  # noqa: UP007
 
 
 def _members(ann: Any) -> list[Any]:

@@ -103,3 +103,15 @@ def test_read_yaml_bounds(tmp_path) -> None:
     p = tmp_path / "ok.yaml"
     p.write_text("a: [1, 2]\n")
     assert read_yaml(p) == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("key", "names"),
+    [("noise.kind", ["none", "tcp", "iperf3", "fio"]), ("load.kind", ["sequential", "concurrent", "rate"])],
+)
+def test_a_bad_union_tag_lists_every_known_name(key: str, names: list[str]) -> None:
+    with pytest.raises(UsageError) as err:
+        load_scenario("throughput", {key: Raw("nosuch")})
+    line = str(err.value)
+    assert line.startswith(f"{key}: ") and "\n" not in line
+    assert all(f"'{n}'" in line for n in names), line
