@@ -87,6 +87,7 @@ class LinkShape(Strict):
     host_addr: str = Field(description="Host end of the link.")
     ns_addr: str = Field(description="Storage end of the link (inside the namespace).")
     note: str = Field("", description="Why the delay is not shaped, when it is not.")
+    host_if: str = Field(VETH_HOST, description="The host end's interface, whose counters a run samples.")
 
 
 class LabState(Strict):

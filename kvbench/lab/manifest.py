@@ -2,6 +2,7 @@
 
 The runner calls lab_manifest(base_url); it reads the lab's state file only (no root needed, no
 commands run) and returns None for every other target, so runs elsewhere are unchanged.
+lab_link_interfaces(base_url) names the link's host end for the run's sampler, () elsewhere.
 """
 
 from __future__ import annotations
@@ -36,3 +37,11 @@ def lab_manifest(*base_urls: str | None) -> dict[str, Any] | None:
         "neighbour_mount": state.mounts.get("neighbour"),
         "lab_started_at": state.started_at,
     }
+
+
+def lab_link_interfaces(*base_urls: str | None) -> tuple[str, ...]:
+    """The link's host-end interface when a target is a lab engine (the run samples its counters), else ()."""
+    if lab_manifest(*base_urls) is None:
+        return ()
+    state = load_state()
+    return (state.link.host_if,) if state is not None and state.link is not None else ()

@@ -119,7 +119,7 @@ def _engine_state(ax: Axes, sl: pd.DataFrame) -> None:
 
 
 def host_cols(sl: pd.DataFrame) -> list[str]:
-    return [c for c in sl.columns if c.startswith(("host_", "node_"))]
+    return [c for c in sl.columns if c.startswith(("host_", "node_", "lab_link_"))]
 
 
 def _host(ax: Axes, sl: pd.DataFrame) -> None:

@@ -26,6 +26,8 @@ SHOWN = (
     ("requests_per_s", "req/s"),
     ("ttft_p50_ms", "TTFT p50 ms"),
     ("ttft_p99_ms", "TTFT p99 ms"),
+    ("server_prompt_tokens_per_s", "prompt tok/s (server)"),
+    ("server_cached_tokens_per_s", "cached tok/s (server)"),
     ("hit_ratio", "hit ratio (server)"),
     ("cached_ratio", "cached share"),
     ("queue", "queued"),
@@ -105,7 +107,9 @@ def slices_table(sl: pd.DataFrame) -> Table:
     rate_cols = [
         c
         for c in sl.columns
-        if c.endswith(("_gb_s", "_per_s")) and c not in ("requests_per_s", "errors_per_s")
+        if c.endswith(("_gb_s", "_per_s"))
+        and c not in ("requests_per_s", "errors_per_s")
+        and all(c != shown for shown, _ in SHOWN)
     ]
     shown = [(c, h) for c, h in SHOWN if c in sl.columns]
     shown[1:1] = [
@@ -138,9 +142,11 @@ def slices_section(
         f"The run in slices of {width:g} s (seconds since the first phase began; the scenario's "
         "`telemetry.slice_s` sets the width, else it is chosen from the run's span). req/s counts "
         "answers that ended in the slice; TTFT and the cached share are of answers whose first token "
-        "came in it; the hit ratio is the server's own counters over the slice; `onboard`/`offload` "
-        "are KV moved per tier as the engine counts it, `gt onboard` the mock's ground truth; host and "
-        "node columns are the network and disk of this host and of the named node exporters."
+        "came in it; prompt and cached tok/s and the hit ratio are the server's own counters over the "
+        "slice; `onboard`/`offload` are KV moved per tier as the engine counts it, `gt onboard` the "
+        "mock's ground truth; host and node columns are the network and disk of this host and of the "
+        "named node exporters; `lab link` is the kvbench lab's shaped link, each way, from its "
+        "interface's own counters."
     ]
     scale = read_run_manifest(run_dir).time_scale().value
     if scale != 1.0:

@@ -20,6 +20,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.engines.adapters import EngineAdapter, GaugeRef, TransferCounter
+from kvbench.report.slice_series import (  # noqa: F401  (the table's callers read them here too)
+    Key,
+    SeriesAcc,
+    counter_rise,
+    first_gauge,
+    first_rise,
+    gauge_mean,
+    labels_match,
+    mean_over,
+    rise_of,
+    series,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +39,6 @@ if TYPE_CHECKING:
 
 GB = 1e9
 MIB = 2**20
-Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @dataclass(frozen=True)
@@ -66,125 +77,6 @@ def auto_slice(
     return next((w for w in WIDTHS if w >= least), WIDTHS[-1])
 
 
-# --------------------------------------------------------------------------- series from rows
-
-
-class SeriesAcc:
-    """Samples gathered by name and labels as rows stream past (floats only: a row is not kept)."""
-
-    def __init__(self) -> None:
-        self.acc: dict[Key, tuple[list[float], list[float]]] = {}
-
-    def add(self, r: Mapping[str, Any]) -> None:
-        if r.get("error") is not None or r.get("name") is None or r.get("value") is None:
-            return
-        key = (str(r["name"]), tuple(sorted((str(k), str(v)) for k, v in (r.get("labels") or {}).items())))
-        ts, vs = self.acc.setdefault(key, ([], []))
-        ts.append(float(r["t_ns"]))
-        vs.append(float(r["value"]))
-
-    def done(self) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
-        import numpy as np
-
-        out = {}
-        for key, (ts, vs) in self.acc.items():
-            order = np.argsort(ts, kind="stable")
-            out[key] = (np.asarray(ts)[order], np.asarray(vs)[order])
-        return out
-
-
-def series(rows: Iterable[Mapping[str, Any]]) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
-    """Samples by name and labels, each (t_ns, value) sorted by time; error rows are left out."""
-    acc = SeriesAcc()
-    for r in rows:
-        acc.add(r)
-    return acc.done()
-
-
-def _matches(labels: tuple[tuple[str, str], ...], match: tuple[tuple[str, str], ...]) -> bool:
-    have = {k: v.lower() for k, v in labels}
-    return all(have.get(k) == v.lower() for k, v in match)
-
-
-def counter_rise(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """How much a cumulative counter rose in each slice between `edges` (ns); a reset counts from 0."""
-    import numpy as np
-
-    if t.size == 0:
-        return np.zeros(edges.size - 1)
-    steps = np.diff(v, prepend=v[0])
-    steps = np.where(steps < 0, v, steps)  # the server restarted: it counted v since
-    cumulative = np.cumsum(steps)
-    at = np.interp(edges, t, cumulative)  # flat outside the samples: nothing seen, nothing counted
-    return np.diff(at)
-
-
-def gauge_mean(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Mean of a gauge's samples in each slice (NaN where the slice has none)."""
-    import numpy as np
-
-    sums, _ = np.histogram(t, bins=edges, weights=v)
-    counts, _ = np.histogram(t, bins=edges)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-
-
-def rise_of(
-    data: Mapping[Key, tuple[np.ndarray, np.ndarray]],
-    name: str,
-    edges: np.ndarray,
-    match: tuple[tuple[str, str], ...] = (),
-) -> np.ndarray | None:
-    """Summed rise of every series of `name` whose labels carry `match`; None when there is none."""
-    found = [
-        counter_rise(t, v, edges) for (n, lab), (t, v) in data.items() if n == name and _matches(lab, match)
-    ]
-    return sum(found[1:], found[0]) if found else None
-
-
-def first_rise(
-    data: Mapping[Key, tuple[np.ndarray, np.ndarray]], names: Sequence[str], edges: np.ndarray
-) -> np.ndarray | None:
-    for name in names:
-        got = rise_of(data, name, edges)
-        if got is not None:
-            return got
-    return None
-
-
-def first_gauge(
-    data: Mapping[Key, tuple[np.ndarray, np.ndarray]], refs: Sequence[GaugeRef], edges: np.ndarray
-) -> tuple[np.ndarray, GaugeRef] | None:
-    """Per slice, the sum over the series of the first gauge present of each one's mean in the slice."""
-    import numpy as np
-
-    for ref in refs:
-        means = [
-            gauge_mean(t, v, edges)
-            for (n, lab), (t, v) in data.items()
-            if n == ref.name and _matches(lab, ref.match)
-        ]
-        if means:
-            stack = np.vstack(means)
-            seen = ~np.all(np.isnan(stack), axis=0)
-            return np.where(seen, np.nansum(stack, axis=0), np.nan), ref
-    return None
-
-
-def mean_over(
-    data: Mapping[Key, tuple[np.ndarray, np.ndarray]], name: str, edges: np.ndarray
-) -> np.ndarray | None:
-    """Per slice, the mean over the series of `name` (GPUs) of each one's mean in the slice."""
-    import numpy as np
-
-    means = [gauge_mean(t, v, edges) for (n, _), (t, v) in data.items() if n == name]
-    if not means:
-        return None
-    stack = np.vstack(means)
-    counts = (~np.isnan(stack)).sum(axis=0)
-    return np.where(counts > 0, np.nansum(stack, axis=0) / np.maximum(counts, 1), np.nan)
-
-
 # --------------------------------------------------------------------------- the columns
 
 
@@ -198,9 +90,12 @@ def transfer_columns(
     `_tokens_per_s` where the bytes of one are unknown); a tier that never moved is left out."""
     width_s = (edges[1:] - edges[:-1]) / 1e9
     out: dict[str, np.ndarray] = {}
+    present = {name for name, _ in data}
     for tc in counters:
+        if tc.superseded_by and tc.superseded_by in present:  # the same bytes under a newer name
+            continue
         for (name, labels), (t, v) in data.items():
-            if name != tc.name or not _matches(labels, tc.match):
+            if name != tc.name or not labels_match(labels, tc.match):
                 continue
             tier = tc.tier or dict(labels).get(tc.tier_label or "", "")
             rise = counter_rise(t, v, edges)
@@ -228,6 +123,49 @@ def host_columns(
         rise = rise_of(data, name, edges)
         if rise is not None:
             out[f"{prefix}_{col}"] = rise / width_s / GB
+    return out
+
+
+def token_columns(
+    data: Mapping[Key, tuple[np.ndarray, np.ndarray]], adapter: EngineAdapter, edges: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The engine's own prompt tokens per slice: queried and cached tokens/s and their ratio.
+
+    Queried is the adapter's query counter, or else the sum of its source counters (each a part:
+    llama.cpp's cached + computed, vLLM's by-source series); cached is its hit counter."""
+    import numpy as np
+
+    width_s = (edges[1:] - edges[:-1]) / 1e9
+    hits = first_rise(data, adapter.hit_counters, edges)
+    queries = first_rise(data, adapter.query_counters, edges)
+    if queries is None:
+        parts = [r for n in adapter.source_counters if (r := rise_of(data, n, edges)) is not None]
+        queries = sum(parts[1:], parts[0]) if parts else None
+    out: dict[str, np.ndarray] = {}
+    if queries is not None:
+        out["server_prompt_tokens_per_s"] = queries / width_s
+    if hits is not None:
+        out["server_cached_tokens_per_s"] = hits / width_s
+    if hits is not None and queries is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["hit_ratio"] = np.where(queries > 0, hits / np.where(queries > 0, queries, 1), np.nan)
+    return out
+
+
+def link_columns(
+    data: Mapping[Key, tuple[np.ndarray, np.ndarray]], edges: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The lab link's GB/s each way (kvbench.telemetry.lab_link: the host end's receive is what
+    came from storage, its transmit what went to it)."""
+    width_s = (edges[1:] - edges[:-1]) / 1e9
+    out: dict[str, np.ndarray] = {}
+    for col, name in (
+        ("lab_link_from_storage_gb_s", "kvbench_lab_link_receive_bytes_total"),
+        ("lab_link_to_storage_gb_s", "kvbench_lab_link_transmit_bytes_total"),
+    ):
+        rise = rise_of(data, name, edges)
+        if rise is not None:
+            out[col] = rise / width_s / GB
     return out
 
 
@@ -359,13 +297,7 @@ def build_slices(
     }
     cols.update(request_columns(req, edges))
     eng = series(metrics)
-    hits, queries = (
-        first_rise(eng, adapter.hit_counters, edges),
-        first_rise(eng, adapter.query_counters, edges),
-    )
-    if hits is not None and queries is not None:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cols["hit_ratio"] = np.where(queries > 0, hits / np.where(queries > 0, queries, 1), np.nan)
+    cols.update(token_columns(eng, adapter, edges))
     cols.update(transfer_columns(eng, adapter.transfer_counters, edges, sizes or Sizes()))
     cols.update(truth_columns(req, truth, edges))
     if (queue := first_gauge(eng, adapter.queue_gauges, edges)) is not None:
@@ -379,12 +311,13 @@ def build_slices(
 
 
 def telemetry_columns(rows: Iterable[Mapping[str, Any]], edges: np.ndarray) -> dict[str, np.ndarray]:
-    """This host's and the node exporters' network and disk GB/s, DCGM's GPU, failed scrapes per slice.
+    """This host's and the node exporters' network and disk GB/s, DCGM's GPU, the lab link's GB/s,
+    failed scrapes per slice.
 
     One pass over `rows` (a file read line by line stays a stream)."""
     import numpy as np
 
-    by_kind = {"host": SeriesAcc(), "node": SeriesAcc(), "dcgm": SeriesAcc()}
+    by_kind = {"host": SeriesAcc(), "node": SeriesAcc(), "dcgm": SeriesAcc(), "link": SeriesAcc()}
     failed: list[float] = []
     for r in rows:
         if r.get("error") is not None:
@@ -395,6 +328,7 @@ def telemetry_columns(rows: Iterable[Mapping[str, Any]], edges: np.ndarray) -> d
     for kind in ("host", "node"):
         out.update(host_columns(by_kind[kind].done(), kind, edges))
     out.update(gpu_columns(by_kind["dcgm"].done(), edges))
+    out.update(link_columns(by_kind["link"].done(), edges))
     if failed:
         out["scrape_errors"] = np.histogram(failed, bins=edges)[0]
     return out

@@ -16,6 +16,7 @@ from kvbench.client.control import ControlClient
 from kvbench.engines.adapters import EngineAdapter
 from kvbench.engines.telemetry import Scraper, counter_deltas, sum_delta
 from kvbench.errors import ColdUnverified
+from kvbench.lab.manifest import lab_link_interfaces
 from kvbench.load.backends import LoadBackend, load_backend
 from kvbench.load.prompts import Prompt, TokenCounter, make_salt
 from kvbench.results import JsonlWriter, RunDir
@@ -64,7 +65,9 @@ class Run:
             origin_ns,
             enabled=scn.telemetry.metrics == "auto",
         )
-        self.scraper = build_sampler(engine, scn.telemetry, rd.path, self.progress.log)
+        after = getattr(getattr(scn.test, "between_phases", None), "base_url", None)
+        links = lab_link_interfaces(target.base_url, after)  # a lab target: its link's counters too
+        self.scraper = build_sampler(engine, scn.telemetry, rd.path, self.progress.log, links)
         self.error_counts: Counter[str] = Counter()
         self.records: list[RequestRecord] = []
         self.noise_writer: JsonlWriter | None = None  # opened by the first noisy phase

@@ -5,4 +5,5 @@ sampler.py    `Sampler`: the engine's /metrics (metrics.jsonl), the exporters an
               its own connection, rows written as they come
 exporters.py  an exporter's kind (node, dcgm, prometheus): which series are kept; one scrape
 host.py       this host's /proc/net/dev and /proc/diskstats as node-exporter series
+lab_link.py   the lab link's host-end veth counters (/sys/class/net), on a lab run
 """

@@ -1,7 +1,8 @@
 """`Sampler`: everything a run samples over time, each source on its own loop and connection.
 
 Sources: the engine's /metrics (rows in metrics.jsonl, as the phase-boundary scrapes write them),
-each `telemetry.exporters` entry and this host's /proc counters (rows in telemetry.jsonl). Every
+each `telemetry.exporters` entry, this host's /proc counters and, on a lab run, the lab link's
+interface counters (rows in telemetry.jsonl). Every
 source ticks on the run's clock (time.perf_counter_ns, the clock of the request rows) at
 `telemetry.interval_s`; a scrape slower than the interval skips the ticks it overran instead of
 queueing them, and delays no other source. The scrapes go over a session of their own (its own
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from kvbench.engines.telemetry import SampleKey, Scraper
 from kvbench.results import JsonlWriter
 from kvbench.telemetry.exporters import ScrapeFailed, scrape_exporter
 from kvbench.telemetry.host import read_host
+from kvbench.telemetry.lab_link import read_link
 
 TELEMETRY = "telemetry.jsonl"
 
@@ -59,6 +61,19 @@ def host_source() -> Source:
         return samples
 
     return Source("host", "host", read)
+
+
+def link_source(interfaces: Sequence[str]) -> Source:
+    """The lab link's host end (kvbench.telemetry.lab_link), kind `link`."""
+    names = tuple(interfaces)
+
+    async def read(session: Any) -> dict[SampleKey, float]:
+        samples = read_link(names)
+        if not samples:
+            raise ScrapeFailed(f"no counters under /sys/class/net for {', '.join(names)} (lab down?)")
+        return samples
+
+    return Source("lab link " + ",".join(names), "link", read)
 
 
 class Sampler:
@@ -193,10 +208,19 @@ class Sampler:
             self.rows_written += 1
 
 
-def build_sampler(engine: Scraper, telemetry: Any, run_path: Path, warn: Callable[[str], None]) -> Sampler:
-    """The run's sampler from its scenario's telemetry section (exporters, this host)."""
+def build_sampler(
+    engine: Scraper,
+    telemetry: Any,
+    run_path: Path,
+    warn: Callable[[str], None],
+    links: Sequence[str] = (),
+) -> Sampler:
+    """The run's sampler from its scenario's telemetry section (exporters, this host) and `links`,
+    the interfaces of a lab link the target sits behind (sampled with this host's counters)."""
     timeout = max(2 * telemetry.interval_s, 1.0)
     sources = [exporter_source(e.url, e.kind, timeout) for e in telemetry.exporters]
     if telemetry.host:
         sources.append(host_source())
+        if links:
+            sources.append(link_source(links))
     return Sampler(engine, sources, run_path, warn)

@@ -82,6 +82,7 @@ class TransferCounter:
     match: tuple[tuple[str, str], ...] = ()
     tier_label: str | None = None
     source: str = ""  # where the name comes from (the engine's own source)
+    superseded_by: str = ""  # left out when this counter is present: the same bytes, newer name
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from kvbench.engines.adapters.base import EngineAdapter, GaugeRef, TransferCount
 from kvbench.engines.adapters.registry import register
 
 OFFLOAD_METRICS = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py (OffloadingConnector)"
+TIERING_METRICS = "vllm/v1/kv_offload/tiering/base.py (TieringOffloadingMetrics), labels in tiering/spec.py"
 
 
 @register
@@ -42,13 +43,21 @@ class VllmAdapter(EngineAdapter):
     # the OffloadingConnector's bytes per direction (OFFLOAD_METRICS: vllm:kv_offload_total_bytes,
     # label transfer_type CPU_to_GPU / GPU_to_CPU); queue and KV usage from vllm/v1/metrics/loggers.py
     # (kv_cache_usage_perc is a fraction, gpu_cache_usage_perc its name before v1)
+    # vLLM 0.32 (read in its installed source): the flat vllm:kv_offload_load_bytes / _store_bytes
+    # (OFFLOAD_METRICS _TransferMetricName), already bytes; the CPU spec still counts the same bytes
+    # in the deprecated transfer_type one, so that one is left out where the flat one is present. The
+    # tiering manager's secondary tiers: read (onboard) / write (offload) bytes, label tier="1:fs".
+    # Every one appears only with --kv-transfer-config naming the OffloadingConnector.
     transfer_counters: ClassVar[tuple[TransferCounter, ...]] = (
+        TransferCounter("vllm:kv_offload_load_bytes_total", "onboard", "G2", source=OFFLOAD_METRICS),
+        TransferCounter("vllm:kv_offload_store_bytes_total", "offload", "G2", source=OFFLOAD_METRICS),
         TransferCounter(
             "vllm:kv_offload_total_bytes_total",
             "onboard",
             "G2",
             match=(("transfer_type", "CPU_to_GPU"),),
             source=OFFLOAD_METRICS,
+            superseded_by="vllm:kv_offload_load_bytes_total",
         ),
         TransferCounter(
             "vllm:kv_offload_total_bytes_total",
@@ -56,6 +65,13 @@ class VllmAdapter(EngineAdapter):
             "G2",
             match=(("transfer_type", "GPU_to_CPU"),),
             source=OFFLOAD_METRICS,
+            superseded_by="vllm:kv_offload_store_bytes_total",
+        ),
+        TransferCounter(
+            "vllm:kv_offload_tiering_read_bytes_total", "onboard", tier_label="tier", source=TIERING_METRICS
+        ),
+        TransferCounter(
+            "vllm:kv_offload_tiering_write_bytes_total", "offload", tier_label="tier", source=TIERING_METRICS
         ),
     )
     queue_gauges: ClassVar[tuple[GaugeRef, ...]] = (
