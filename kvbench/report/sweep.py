@@ -41,6 +41,8 @@ def summary_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
         att = m.get("attainment_ci") or (None, None)
         gp = m.get("goodput_ci") or (None, None)
         row: dict[str, Any] = {"point": p["name"], **p["assignment"], "repeat": p.get("repeat", 0)}
+        if state["plan"].get("baseline"):
+            row["arm"] = p.get("arm", "main")
         row.update(
             status=p["status"],
             requests=m.get("requests"),
@@ -58,8 +60,13 @@ def summary_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
             goodput_rps=m.get("goodput_rps"),
             goodput_lo=gp[0],
             goodput_hi=gp[1],
+            modelled_ttft_p50_ms=m.get("modelled_ttft_p50_ms"),
             run_dir=p.get("run_dir"),
         )
+        for key in ("overhead_ttft_p50", "overhead_modelled_ttft_p50"):
+            if key in m:
+                ci = m.get(f"{key}_ci") or (None, None)
+                row.update({key: m[key], f"{key}_lo": ci[0], f"{key}_hi": ci[1]})
         if "working_set_tokens" in m:
             row.update({k: m.get(k) for k in ("working_set_tokens", "serving_tier", "predicted_tier")})
         rows.append(row)
@@ -92,7 +99,8 @@ def sweep_markdown(state: dict[str, Any]) -> str:
         out.append(f"SLO: {bounds}; target attainment {plan['attainment']:g} (95% Wilson intervals).")
     out.append("")
     cliff = ("working_set_tokens", "serving_tier", "predicted_tier") if state.get("cliff") else ()
-    cols = ["point", *fields, *SHOWN, *cliff, *(SLO_SHOWN if slo else ())]
+    shown = ("arm", *SHOWN) if plan.get("baseline") else SHOWN
+    cols = ["point", *fields, *shown, *cliff, *(SLO_SHOWN if slo else ())]
     out.append("| " + " | ".join(cols) + " |")
     out.append("|" + "---|" * len(cols))
     for row in summary_rows(state):
@@ -116,6 +124,7 @@ def sweep_markdown(state: dict[str, Any]) -> str:
                 + (" [{:.3g}, {:.3g}]".format(*best["goodput_ci"]) if best.get("goodput_ci") else "")
             )
     out.extend(cliff_markdown(state.get("cliff")))
+    out.extend(arms_markdown(state, fields))
     out.append("")
     return "\n".join(out)
 
@@ -139,9 +148,73 @@ def cliff_markdown(cliff: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _overhead(row: dict[str, Any], key: str) -> str:
+    v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    if v is None:
+        return "-"
+    return f"{v:+.1%}" + (f" [{lo:+.1%}, {hi:+.1%}]" if lo is not None and hi is not None else "")
+
+
+def arm_pairs(state: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Each arm-A row with its arm-B row (None where B did not run)."""
+    rows = summary_rows(state)
+    base = {r["point"]: r for r in rows if r.get("arm") == "baseline"}
+    return [(r, base.get(f"{r['point']}-baseline")) for r in rows if r.get("arm") == "main"]
+
+
+def arms_markdown(state: dict[str, Any], fields: list[str]) -> list[str]:
+    """Offload on (A, the sweep as asked) against offload off (B) per point, with the overhead."""
+    baseline = state["plan"].get("baseline")
+    if not baseline:
+        return []
+    how = [f"base URL {baseline['url']}"] if baseline.get("url") else []
+    how += [f"{k}={v}" for k, v in (baseline.get("sets") or {}).items()]
+    how += ["the embedded mock's G2-G4 not caching"] if baseline.get("offload_off") else []
+    slo = bool(state["plan"].get("slo"))
+    head = ["point", *fields, "TTFT p50 A", "TTFT p50 B", "overhead (A/B-1) [95% CI]"]
+    head += ["modelled TTFT p50 A", "modelled B", "modelled overhead", "req/s A", "req/s B"]
+    head += ["goodput A", "goodput B"] if slo else []
+    out = ["", "## Offload on (A) vs off (B)", ""]
+    out.append(f"B: the same points with {', '.join(how)}, each run right after A's. TTFT in ms.")
+    out.append(
+        "Modelled (model ms): what the mock's model charges each request alone for the tokens it "
+        "computed and the bytes it onboarded (its ground truth), free of this machine's load."
+    )
+    out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for a, b in arm_pairs(state):
+        b = b or {}
+        cells = [a["point"], *(_cell(a.get(f)) for f in fields)]
+        cells += [_cell(a["ttft_p50_ms"]), _cell(b.get("ttft_p50_ms")), _overhead(b, "overhead_ttft_p50")]
+        cells += [_cell(a["modelled_ttft_p50_ms"]), _cell(b.get("modelled_ttft_p50_ms"))]
+        cells += [_overhead(b, "overhead_modelled_ttft_p50")]
+        cells += [_cell(a["throughput_rps"]), _cell(b.get("throughput_rps"))]
+        cells += [_cell(a["goodput_rps"]), _cell(b.get("goodput_rps"))] if slo else []
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def write_table_files(path: Path, state: dict[str, Any]) -> list[Path]:
+    """summary.csv, and summary.parquet when pyarrow is there, from sweep.json's points."""
+    import importlib.util
+
+    import pandas as pd
+
+    from kvbench.results.files import write_text_atomic
+
+    df = pd.DataFrame(summary_rows(state))
+    written = [path / "summary.csv"]
+    write_text_atomic(written[0], df.to_csv(index=False))
+    if importlib.util.find_spec("pyarrow") is not None and len(df):
+        df.to_parquet(path / "summary.parquet", index=False)
+        written.append(path / "summary.parquet")
+    return written
+
+
 def write_sweep_report(path: Path, quiet: bool = False) -> Path:
-    """summary.md (with links to the plots present) from sweep.json; prints it unless quiet."""
+    """summary.csv/.parquet and summary.md (with links to the plots present) from sweep.json;
+    prints the Markdown unless quiet."""
     state = read_sweep(path)
+    write_table_files(path, state)
     text = sweep_markdown(state)
     plots = [p for p in PLOTS if (path / p).exists()]
     if plots:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from kvbench.sweep.state import SweepPlan
+    from kvbench.sweep.state import BaselinePlan, SweepPlan
 
 SWEEP_HELP = """Run a scenario at each value of one or two fields, or search a load range for goodput.
 
@@ -65,10 +65,20 @@ def sweep_cmd(
         bool, typer.Option("--allow-unverified-cold", help="Run even if a cold cache cannot be verified.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    baseline_url: Annotated[
+        str | None, typer.Option(help="Arm B: every point again against this URL (the server, offload off).")
+    ] = None,
+    baseline_set: Annotated[
+        list[str] | None, typer.Option("--baseline-set", help="Arm B: FIELD=V on top of the point's own.")
+    ] = None,
+    baseline_offload_off: Annotated[
+        bool, typer.Option("--baseline-offload-off", help="Arm B: the embedded mock with G2-G4 not caching.")
+    ] = False,
 ) -> None:
     import asyncio
 
     from kvbench.errors import UsageError
+    from kvbench.sweep.arms import baseline_plan
     from kvbench.sweep.execute import Sweep
     from kvbench.sweep.state import check_same_plan, read_state
 
@@ -78,6 +88,8 @@ def sweep_cmd(
             raise UsageError(f"--resume {resume}: no sweep.json there")
         flags = {"SCENARIO": scenario, "--over": over, "--set": set_values, "--slo": slo}
         flags.update({"--search": search, "--mock-profile": mock_profile, "--base-url": base_url})
+        flags.update({"--baseline-url": baseline_url, "--baseline-set": baseline_set})
+        flags["--baseline-offload-off"] = baseline_offload_off
         given = [name for name, value in flags.items() if value]
         if given:
             raise UsageError(f"--resume DIR takes the plan from DIR/sweep.json: drop {', '.join(given)}")
@@ -98,6 +110,7 @@ def sweep_cmd(
             max_repeats,
             label,
             stop_at_saturation,
+            baseline=baseline_plan(baseline_url, baseline_set or [], baseline_offload_off),
         )
         sweep_dir = out or default_dir(scenario)
         found = read_state(sweep_dir)
@@ -128,6 +141,7 @@ def make_plan(
     max_repeats: int,
     label: str | None,
     stop_at_saturation: bool,
+    baseline: BaselinePlan | None = None,
 ) -> SweepPlan:
     """The sweep's plan from its flags; every flag checked (one line, exit 2) before any point."""
     from kvbench.configfile import parse_set
@@ -150,12 +164,15 @@ def make_plan(
         attainment=attainment,
         label=label,
         stop_at_saturation=stop_at_saturation,
+        baseline=baseline,
     )
     if search is None:
         plan.over = [(a.field, list(a.values)) for a in parse_over(over)]
         return plan
     if search != "goodput":
         raise UsageError(f"--search {search}: the one search is goodput")
+    if baseline is not None:
+        raise UsageError("--baseline-*: a second arm runs with a grid (--over FIELD=V1,V2,...), not a search")
     if not goals:
         raise UsageError("--search goodput needs an SLO: --slo ttft_p99_ms=MS (or another)")
     if len(over) != 1:

@@ -16,9 +16,10 @@ from kvbench.errors import KvbenchError, UsageError
 from kvbench.run.names import check_names
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import Scenario, load_scenario
+from kvbench.sweep.arms import arm_overhead, baseline_overrides, offload_off_overrides
 from kvbench.sweep.cliff import WORKING_SET, cliff_figures, cliff_summary, expand, prompt_length
 from kvbench.sweep.grid import LOAD_FIELDS, Axis, check_slo_produced, grid, point_name
-from kvbench.sweep.points import point_figures
+from kvbench.sweep.points import mock_params, point_figures
 from kvbench.sweep.saturation import LoadPoint, saturation
 from kvbench.sweep.search import Sample, search_capacity
 from kvbench.sweep.state import POINTS, PointState, SweepPlan, SweepState, write_state
@@ -50,22 +51,29 @@ class Sweep:
 
     # -- planning -------------------------------------------------------------------------------------
 
-    def scenario_for(self, assignment: dict[str, str]) -> Scenario:
-        """The point's scenario: the common --set overrides, then the point's own fields."""
+    def scenario_for(self, assignment: dict[str, str], arm: str = "main") -> Scenario:
+        """The point's scenario: the common --set overrides, then the point's own fields (and, for
+        arm B, the baseline's)."""
         overrides: dict[str, Any] = {k: Raw(v) for k, v in self.plan.sets.items()}
+        baseline = self.plan.baseline if arm == "baseline" else None
         try:
             if WORKING_SET in assignment:
                 base, _ = load_scenario(self.plan.scenario, dict(overrides))
                 assignment = expand(assignment, prompt_length(base))
             overrides.update({k: Raw(v) for k, v in assignment.items()})
+            if baseline is not None:
+                overrides.update(baseline_overrides(baseline))
             scn, _ = load_scenario(self.plan.scenario, overrides)
+            if baseline is not None and baseline.offload_off:
+                scn, _ = load_scenario(self.plan.scenario, {**overrides, **offload_off_overrides(scn)})
             check_names(scn)
             check_slo_produced(self.plan.slo, scn)
         except KvbenchError as exc:
-            if not assignment:
+            if not assignment and baseline is None:
                 raise
             where = " ".join(f"{k}={v}" for k, v in assignment.items())
-            raise UsageError(f"--over {where}: {exc.lines()[0]}") from None
+            what = (f"--over {where}" if where else "") + (" (baseline arm)" if baseline else "")
+            raise UsageError(f"{what.strip()}: {exc.lines()[0]}") from None
         return scn
 
     def check_all(self) -> None:
@@ -77,6 +85,8 @@ class Sweep:
             return
         for assignment in grid_of(self.plan):
             self.scenario_for(assignment)
+            if self.plan.baseline is not None:
+                self.scenario_for(assignment, "baseline")
 
     def load_text(self, load: float) -> str:
         integer = self.plan.search is not None and self.plan.search.integer
@@ -90,17 +100,28 @@ class Sweep:
         write_state(self.sweep_dir, self.state)
         write_tables(self.sweep_dir, self.state)
 
-    async def run_point(self, index: int, assignment: dict[str, str], repeat: int = 0) -> PointState:
-        name = point_name(index, assignment, repeat)
+    async def run_pair(self, index: int, assignment: dict[str, str], repeat: int = 0) -> PointState:
+        """The point on arm A, then (with a baseline) the same point on arm B, judged on A's label."""
+        point = await self.run_point(index, assignment, repeat)
+        if self.plan.baseline is not None and point.metrics is not None:
+            await self.run_point(index, assignment, repeat, pair=point)
+        return point
+
+    async def run_point(
+        self, index: int, assignment: dict[str, str], repeat: int = 0, pair: PointState | None = None
+    ) -> PointState:
+        """One run; `pair` is arm A's point when this is arm B's."""
+        arm = "main" if pair is None else "baseline"
+        name = point_name(index, assignment, repeat) + ("-baseline" if pair is not None else "")
         point = self.state.point(name)
         if point is not None and point.status == "complete" and point.metrics is not None:
             self.done += 1
             self.say(f"[{self.done}] {name}: complete in {point.run_dir}, skipped")
             return point
         if point is None:
-            point = PointState(name=name, index=index, assignment=assignment, repeat=repeat)
+            point = PointState(name=name, index=index, assignment=assignment, repeat=repeat, arm=arm)
             self.state.points.append(point)
-        scn = self.scenario_for(assignment)
+        scn = self.scenario_for(assignment, arm)
         folder = self.sweep_dir / POINTS / name
         folder.mkdir(parents=True, exist_ok=True)
         point.status, point.note = "pending", ""
@@ -124,8 +145,13 @@ class Sweep:
             )
         assert outcome.run_dir is not None
         point.exit_code = outcome.exit_code
-        point.metrics = point_figures(outcome.run_dir, self.plan.slo, self.plan.label)
-        if WORKING_SET in assignment:
+        label = self.plan.label or (pair.metrics or {}).get("label") if pair is not None else self.plan.label
+        params = mock_params(scn)
+        point.metrics = point_figures(outcome.run_dir, self.plan.slo, label, params)
+        if pair is not None and pair.run_dir is not None:
+            both = (mock_params(self.scenario_for(assignment)), params)
+            point.metrics.update(arm_overhead(self.sweep_dir / pair.run_dir, outcome.run_dir, label, both))
+        elif WORKING_SET in assignment:
             point.metrics.update(cliff_figures(outcome.run_dir, assignment, scn, point.metrics))
         point.status = "complete"
         self.save()
@@ -150,7 +176,7 @@ class Sweep:
         watch = self.plan.stop_at_saturation and len(self.plan.over) == 1 and axis in LOAD_FIELDS
         seen: list[LoadPoint] = []
         for i, assignment in enumerate(points):
-            point = await self.run_point(i, assignment)
+            point = await self.run_pair(i, assignment)
             if not watch:
                 continue
             m = point.metrics or {}
@@ -225,4 +251,10 @@ def progress_line(k: int, name: str, m: dict[str, Any], slo: bool) -> str:
             f", attainment {m['attainment']:.0%} [{lo:.0%}, {hi:.0%}], "
             f"goodput {'-' if gp is None else f'{gp:.3g}'} req/s"
         )
+    for key, what in (("overhead_ttft_p50", "TTFT p50"), ("overhead_modelled_ttft_p50", "modelled TTFT p50")):
+        if m.get(key) is not None:
+            ci = m.get(f"{key}_ci")
+            line += f", offload overhead {what} {m[key]:+.1%}" + (
+                f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""
+            )
     return line

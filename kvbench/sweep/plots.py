@@ -25,7 +25,8 @@ def series(rows: list[dict[str, Any]], x_field: str, group: str | None) -> dict[
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         if row.get("requests") and _num(row.get(x_field)) is not None:
-            out[f"{group}={row[group]}" if group else ""].append(row)
+            arm = " offload off" if row.get("arm") == "baseline" else ""  # arm B: its own series
+            out[(f"{group}={row[group]}" if group else "") + arm].append(row)
     return {k: sorted(v, key=lambda r: _num(r[x_field]) or 0.0) for k, v in out.items()}
 
 

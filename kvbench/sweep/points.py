@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kvbench.report.goodput import point_metrics
+from kvbench.report.goodput import percentile, point_metrics
 from kvbench.results import REQUESTS, load_record, read_jsonl
 
 # rows that are not a measurement of the load: cold-start probes, cache fills, TTFT fillers
@@ -36,13 +36,48 @@ def hit_ratio(rows: list[dict[str, Any]]) -> float | None:
     return sum(c for c, p in pairs if p) / total if total else None
 
 
-def point_figures(run_dir: Path, slo: dict[str, float], label: str | None) -> dict[str, Any]:
-    """PointMetrics of the rows with the measured label, over the time of the phases they ran in,
-    plus that label, the hit ratio and the mean prompt length."""
-    manifest = load_record(run_dir).manifest
+def mock_params(scn: Any) -> Any:
+    """The embedded mock's model parameters for this scenario (None: a server, or no tiers)."""
+    if scn.target.base_url is not None:
+        return None
+    from kvbench.mock.config import TieredProfile
+    from kvbench.mock.profiles import load_profile
+    from kvbench.mock.timing import derive_params
+
+    profile = load_profile(scn.target.mock_profile, {**scn.test.mock_defaults, **scn.target.mock_overrides})
+    return derive_params(profile) if isinstance(profile, TieredProfile) else None
+
+
+def modelled_ttft(run_dir: Path, rows: list[dict[str, Any]], params: Any) -> list[float]:
+    """What the mock's model charges each successful row's first token alone (model ms): prefill
+    of the tokens it computed plus onboarding of the bytes it read from G2-G4, as its ground truth
+    records them. Free of this machine's load and of the mock's own lateness; empty for a server."""
+    truth_path = run_dir / "mock_ground_truth.jsonl"
+    wanted = {r.get("request_id") for r in rows if r.get("status") == "ok"}
+    if params is None or not truth_path.exists() or not wanted:
+        return []
+    out = []
+    for t in read_jsonl(truth_path):
+        if t.get("request_id") in wanted and t.get("status") == "ok":
+            n, c = int(t["prompt_tokens"]), int(t["cached_tokens"])
+            out.append((params.prefill_s(n, c) + params.onboard_s(t.get("bytes_from_tier") or {})) * 1e3)
+    return out
+
+
+def measured_rows(run_dir: Path, label: str | None) -> tuple[str | None, list[dict[str, Any]]]:
+    """The label a point is judged on and its rows (probes left out)."""
     rows = [r for r in read_jsonl(run_dir / REQUESTS) if r.get("phase") != "probe"]
     chosen = label or measured_label(rows)
-    rows = [r for r in rows if r.get("label") == chosen]
+    return chosen, [r for r in rows if r.get("label") == chosen]
+
+
+def point_figures(
+    run_dir: Path, slo: dict[str, float], label: str | None, params: Any = None
+) -> dict[str, Any]:
+    """PointMetrics of the rows with the measured label, over the time of the phases they ran in,
+    plus that label, the hit ratio, the mean prompt length and the mock's modelled TTFT p50."""
+    manifest = load_record(run_dir).manifest
+    chosen, rows = measured_rows(run_dir, label)
     phases = {r.get("phase") for r in rows}
     durations = [p.duration_s for p in manifest.phases if p.name in phases and p.duration_s]
     figures = point_metrics(rows, sum(durations) if durations else None, slo).to_dict()
@@ -51,5 +86,6 @@ def point_figures(run_dir: Path, slo: dict[str, float], label: str | None) -> di
         label=chosen,
         hit_ratio=hit_ratio(rows),
         prompt_tokens_mean=sum(lengths) / len(lengths) if lengths else None,
+        modelled_ttft_p50_ms=percentile(modelled_ttft(run_dir, rows, params), 50),
     )
     return figures

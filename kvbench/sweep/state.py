@@ -33,6 +33,16 @@ class SearchPlan(Strict):
     max_repeats: int = Field(description="Runs of one load at most while its interval straddles the target.")
 
 
+class BaselinePlan(Strict):
+    """The second arm: every point again with offload off, so its overhead is measured."""
+
+    url: str | None = Field(None, description="The same server with offload off (--baseline-url).")
+    sets: dict[str, str] = Field(default_factory=dict, description="--baseline-set overrides of that arm.")
+    offload_off: bool = Field(
+        False, description="The embedded mock with tiers G2-G4 not caching (--baseline-offload-off)."
+    )
+
+
 class SweepPlan(Strict):
     """What was asked; a rerun into the same directory must ask the same."""
 
@@ -50,6 +60,9 @@ class SweepPlan(Strict):
         None, description="Request label measured (None: the most common measured one)."
     )
     stop_at_saturation: bool = Field(True, description="A one-field load grid stops once saturated.")
+    baseline: BaselinePlan | None = Field(
+        None, description="Run every point on a second, offload-off arm too (arm A then arm B)."
+    )
 
 
 class PointState(Strict):
@@ -57,6 +70,9 @@ class PointState(Strict):
     index: int = Field(description="Order in which the point ran, from 0.")
     assignment: dict[str, str] = Field(description="Field -> value (as typed) this point sets.")
     repeat: int = Field(0, description="Run of the same load again (search), from 0.")
+    arm: Literal["main", "baseline"] = Field(
+        "main", description="main: the sweep as asked (A); baseline: its offload-off arm (B)."
+    )
     status: PointStatus = Field("pending", description="Where the point is.")
     run_dir: str | None = Field(None, description="The point's run directory.")
     exit_code: int | None = Field(None, description="The run's exit code.")

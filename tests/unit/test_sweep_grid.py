@@ -43,6 +43,31 @@ BAD = [
     (["--search", "goodput", "--over", "prompts.count=1..8", "--slo", "ttft_p99_ms=9"], "steps a load field"),
     (["--over", "load.concurrency=1", "--attainment", "1.5"], "--attainment 1.5"),
     (["--over", "load.concurrency=1", "--mock-profile", "nope"], "unknown mock profile 'nope'"),
+    (
+        ["--over", "load.concurrency=1", "--base-url", "http://127.0.0.1:9", "--baseline-offload-off"],
+        "--over load.concurrency=1 (baseline arm): --baseline-offload-off: turns off the embedded mock",
+    ),
+    (
+        ["--over", "load.concurrency=1", "--mock-profile", "fixed-delay", "--baseline-offload-off"],
+        "mock profile fixed-delay has no cache tiers",
+    ),
+    (
+        ["--over", "load.concurrency=1,2", "--baseline-set", "load.bogus=3"],
+        "load.bogus: unknown key",
+    ),
+    (["--over", "load.concurrency=1", "--baseline-url", "ftp://x"], "target.base_url: must start with http"),
+    (
+        [
+            "--search",
+            "goodput",
+            "--over",
+            "load.concurrency=1..4",
+            "--slo",
+            "ttft_p99_ms=9",
+            "--baseline-offload-off",
+        ],
+        "a second arm runs with a grid",
+    ),
 ]
 
 

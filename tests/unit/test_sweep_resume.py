@@ -36,7 +36,7 @@ def fake_runs(monkeypatch):
             return RunOutcome(run_dir, "interrupted", 130, {}, 0)
         return RunOutcome(run_dir, "complete", 0, {}, 4)
 
-    def point_figures(run_dir, slo, label):
+    def point_figures(run_dir, slo, label, params=None):
         n = int(run_dir.name.split("-")[1])
         return {"requests": 4, "ok": 4, "good": 4, "throughput_rps": float(n), "e2e_p50_ms": 10.0}
 
@@ -78,7 +78,7 @@ def test_a_directory_holding_another_sweep_is_refused(tmp_path):
 async def test_a_saturated_grid_stops_and_says_so(tmp_path, fake_runs, monkeypatch):
     calls, _ = fake_runs
 
-    def flat(run_dir, slo, label):
+    def flat(run_dir, slo, label, params=None):
         n = int(run_dir.name.split("-")[1])  # throughput stops growing after point 2; latency climbs
         return {"requests": 4, "ok": 4, "good": 4, "throughput_rps": min(n, 2) * 10.0, "e2e_p50_ms": 10.0 * n}
 
