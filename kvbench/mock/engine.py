@@ -25,6 +25,7 @@ from kvbench.mock.config import TIER_NAMES, FixedDelayProfile, TieredProfile
 from kvbench.mock.metrics import MockMetrics
 from kvbench.mock.noise_link import NoiseLink
 from kvbench.mock.onboarding import STAGE_LINK, split_onboarding
+from kvbench.mock.span_hash import SCHEME as KEY_SCHEME
 from kvbench.mock.timing import ModelParams, SharedResource
 from kvbench.mock.tokenizer import PromptInfo
 
@@ -255,6 +256,7 @@ class TieredEngine:
             "geometry": profile.geometry,
             "block_tokens": profile.block_tokens,
             "sliding_at_full": profile.sliding_at_full,
+            "block_keys": KEY_SCHEME,  # an index of another scheme's keys would never hit
         }
         self.cache = TieredKVCache(
             {n: params.capacity_blocks(n) for n in TIER_NAMES},

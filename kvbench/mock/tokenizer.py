@@ -16,14 +16,16 @@ Rules (this is the whole tokenizer):
   /detokenize maps ids back through a bounded id -> string memory filled by /tokenize
   and by generated text; text is rejoined with single spaces (whitespace is not kept).
 
-Prefix-cache block keys: full blocks of ``block_tokens`` tokens are hashed as a chain,
-``key_i = blake2b(key_{i-1} || tokens of block i joined by 0x1f)`` truncated to 64 bits,
-rooted in the model name, so a block's key names its whole prefix (as vLLM's chained
-block hashes do). Only the count and the block keys of a prompt are kept, never its token list.
+Prefix-cache block keys: full blocks of ``block_tokens`` tokens; block i's key is a 64-bit
+function of the prompt's tokens joined by single spaces up to the end of block i, rooted in the
+model name (span_hash.py: a few numpy passes over the bytes, not a hash call per block), so a
+block's key names its whole prefix (as vLLM's chained block hashes do). No token holds a space (a
+chat role's spaces are escaped), so the joined bytes name the token sequence. Only the count and
+the block keys of a prompt are kept, never its token list.
 
 Plain words (kvbench's own prompts: ASCII word characters and single spaces) take a faster path
-to the same count and keys (`plain_words_keys`: a block is a slice of the text, no bytes object per
-token); any other text takes the general one.
+to the same count and keys (`plain_words_keys`: the text is already its tokens joined by spaces, no
+bytes object per token); any other text takes the general one.
 
 The prompt memo: a replayed prompt (a filled-cache phase sends each one again and again) is
 found by its length and Python's own string hash (SipHash, computed once per request: ~0.1 ms
@@ -36,19 +38,19 @@ from __future__ import annotations
 
 import hashlib
 import re
-import struct
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench.mock.span_hash import span_keys
+
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 VOCAB_SIZE = 100_000
 TEMPLATE_TOKENS_PER_MESSAGE = 4
 GENERATION_PROMPT_TOKENS = 3
 START, MESSAGE, END = "<|start|>", "<|message|>", "<|end|>"
-_SEP = "\x1f"
 
 
 # ASCII fast path: for ASCII text, \w is [A-Za-z0-9_] and \s is [\t\n\v\f\r\x1c-\x1f ], so
@@ -129,7 +131,7 @@ def chat_token_bytes(messages: Sequence[Any], add_generation_prompt: bool = True
         if not isinstance(m, dict):
             raise ValueError("each message must be an object with 'role' and 'content'")
         out.append(START.encode())
-        out.append(str(m.get("role", "user")).encode("utf-8", "surrogatepass"))
+        out.append(_role_bytes(str(m.get("role", "user"))))
         out.append(MESSAGE.encode())
         out.extend(split_token_bytes(message_text(m.get("content"))))
         out.append(END.encode())
@@ -138,47 +140,41 @@ def chat_token_bytes(messages: Sequence[Any], add_generation_prompt: bool = True
     return out
 
 
+def _role_bytes(role: str) -> bytes:
+    """A role as one token: its spaces escaped (percent-style, so still one-to-one), so that the
+    prompt's tokens joined by spaces name its token sequence."""
+    return role.encode("utf-8", "surrogatepass").replace(b"%", b"%25").replace(b" ", b"%20")
+
+
 def block_keys(tokens: Sequence[bytes], block_tokens: int, root: str = "") -> tuple[int, ...]:
     """Chained 64-bit keys of every full block of `tokens` (see module docstring)."""
     n_full = len(tokens) // block_tokens
-    join = _SEP.encode().join
-    return _chain(
-        [join(tokens[i : i + block_tokens]) for i in range(0, n_full * block_tokens, block_tokens)], root
-    )
-
-
-def _chain(blocks: Sequence[bytes], root: str) -> tuple[int, ...]:
-    """The chained keys of blocks (each its tokens joined by 0x1f)."""
-    if not blocks:
+    if n_full == 0:
         return ()
-    prev = hashlib.blake2b(root.encode(), digest_size=8).digest()
-    digests = []
-    b2b = hashlib.blake2b
-    for blk in blocks:
-        prev = b2b(prev + blk, digest_size=8).digest()
-        digests.append(prev)
-    return struct.unpack(f"<{len(blocks)}Q", b"".join(digests))
+    import numpy as np  # a dependency of kvbench; the mock imports it at start (app.py)
+
+    # byte offset just past each token in the space-joined text
+    ends = np.cumsum(np.fromiter(map(len, tokens), np.int64, len(tokens)) + 1) - 1
+    return span_keys(b" ".join(tokens), ends[block_tokens - 1 :: block_tokens][:n_full], root)
 
 
 # Plain words (kvbench's own prompts): ASCII word characters and single spaces, nothing else.
 _WORD_BYTES = bytes(range(48, 58)) + bytes(range(65, 91)) + bytes(range(97, 123)) + b"_ "
-_SPACE_TO_SEP = bytes.maketrans(b" ", _SEP.encode())
 
 
 def plain_words_keys(text: str, block_tokens: int, root: str = "") -> tuple[int, tuple[int, ...]] | None:
     """(token count, block keys) of a text of plain words, the same as block_keys(split_token_bytes)
     gives, without a bytes object per token; None for any other text.
 
-    In such a text every token is a run between single spaces, so a block's tokens joined by 0x1f
-    are a slice of the text with its spaces made 0x1f: one translate, one numpy pass for the
-    spaces, a slice per block. A 120k-token prompt: ~1.5 ms instead of ~10 ms before the hashing.
+    Such a text is its tokens joined by single spaces already: one translate to check it, one
+    numpy pass for its spaces (every block_tokens-th ends a block), then span_keys on the text.
     """
     if not text.isascii():
         return None
     data = text.encode("ascii")
     if not data or data.translate(None, _WORD_BYTES) or data[0] == 32 or data[-1] == 32:
         return None
-    import numpy as np  # a dependency of kvbench; imported on the first long prompt only
+    import numpy as np  # a dependency of kvbench; the mock imports it at start (app.py)
 
     spaces = np.flatnonzero(np.frombuffer(data, np.uint8) == 32)
     if len(spaces) > 1 and not bool((np.diff(spaces) > 1).all()):
@@ -188,10 +184,7 @@ def plain_words_keys(text: str, block_tokens: int, root: str = "") -> tuple[int,
     ends = spaces[block_tokens - 1 :: block_tokens][:n_full]
     if len(ends) < n_full:  # the last full block ends the text
         ends = np.append(ends, len(data))
-    starts = np.concatenate(([0], ends[:-1] + 1)).tolist() if n_full else []
-    ends = ends.tolist()
-    sep = data.translate(_SPACE_TO_SEP)
-    return n, _chain(list(map(sep.__getitem__, map(slice, starts, ends))), root)
+    return n, span_keys(data, ends, root)
 
 
 @dataclass(frozen=True)
