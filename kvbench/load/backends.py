@@ -7,9 +7,11 @@ recorded stays with the caller (kvbench.run.context.Run.issue), so a backend onl
 WHERE and WHEN requests start.
 
 `local` is today's in-process asyncio workers. `ray` (ray_backend.py, `load.workers: K` with
-`cluster.backend: ray`) sends from K actors on a Ray cluster: it needs the request apart from its
-execution, so its `issue` is a RemotePhase (prepare / record, kvbench.run.remote) rather than a
-coroutine; `remote = True` tells the phase to pass one. A backend with `aclose()` keeps state
+`cluster.backend: ray`) sends from K actors on a Ray cluster; `processes` (local_workers.py,
+`load.workers: K` without a cluster) from K worker processes on this machine, through the same
+contract and worker code. Both need the request apart from its execution, so their `issue` is a
+RemotePhase (prepare / record, kvbench.run.remote) rather than a coroutine; `remote = True` tells
+the phase to pass one. A backend with `aclose()` keeps state
 across phases (the ray workers) and is closed at the end of the run.
 """
 
@@ -60,9 +62,26 @@ BACKENDS: dict[str, type[LoadBackend]] = {"local": LocalBackend}
 
 
 def load_backend(name: str = "local", **options: Any) -> LoadBackend:
-    """A backend by name: `local`, or `ray` (options: workers, placement; needs `kvbench[ray]`)."""
+    """A backend by name: `local`, `processes` (options: workers, pin), or `ray` (options: workers,
+    placement; needs `kvbench[ray]`). `ray` asked for while this process has no Ray session (the
+    scenario has no cluster: kvbench.run.remote.connect_cluster connects one first when it has)
+    means `load.workers: K` on this machine: the `processes` backend."""
+    if name == "ray" and not _ray_connected():
+        name = "processes"
+    if name == "processes":
+        from kvbench.load.local_workers import LocalWorkersBackend
+
+        return LocalWorkersBackend(**{k: v for k, v in options.items() if k in ("workers", "pin")})
     if name == "ray":
         from kvbench.load.ray_backend import RayLoadBackend
 
         return RayLoadBackend(**options)
     return BACKENDS[name]()
+
+
+def _ray_connected() -> bool:
+    """A Ray session is open in this process (without importing Ray when none is)."""
+    import sys
+
+    session = sys.modules.get("kvbench.cluster.session")
+    return session is not None and getattr(session, "_SESSION", None) is not None

@@ -28,7 +28,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from kvbench.cluster import require_ray
 from kvbench.cluster.calls import call, is_lost, one_line, settle
@@ -43,70 +43,31 @@ from kvbench.cluster.placement import (
     place,
 )
 from kvbench.errors import UsageError
+from kvbench.load.worker_phase import (
+    NOT_SENT,
+    WORKER_LOST,
+    PreparedRequest,
+    RemotePhase,
+    WorkerBook,
+    pack_share,
+    split_shares,
+)
 
 POLL_INTERVAL_S = 0.05
 POLL_TIMEOUT_S = 5.0
 SILENT_LOST_S = 30.0  # a worker that has not answered a poll for this long is taken as lost
 START_LEAD_NS = 100_000_000  # the common start: this far after the driver hands out the shares
-WORKER_LOST = "worker_lost"
-NOT_SENT = "not_sent"  # a lost worker's request that it never reported starting
 _ACTOR_CLASS: Any = None
 
-
-@dataclass(frozen=True)
-class PreparedRequest:
-    """One request as the phase prepared it: the worker only sends it."""
-
-    request_id: str
-    fields: dict[str, Any]  # RequestRecord fields: phase, label, repetition, prompt_id, ... noise_active
-    body: bytes
-    offset_s: float = 0.0  # paced load: arrival time from phase start
-
-
-class RemotePhase(Protocol):
-    """What a remote backend needs from a phase (kvbench.run builds it around Run.issue's parts)."""
-
-    retries: int
-
-    def prepare(self, item: Any) -> PreparedRequest: ...
-
-    def client_spec(self) -> dict[str, Any]: ...
-
-    def started(self, request_id: str) -> None: ...
-
-    def record(self, rec: Any, extra: dict[str, Any]) -> None: ...
-
-
-def split_shares(count: int, concurrency: int, workers: int) -> list[tuple[list[int], int]]:
-    """Item indexes and concurrency of each worker: round-robin items, concurrency as even as it
-    goes, never more workers than the concurrency (each needs one) or the items."""
-    k = max(1, min(workers, concurrency, count or 1))
-    return [
-        (list(range(w, count, k)), concurrency // k + (1 if w < concurrency % k else 0)) for w in range(k)
-    ]
+__all__ = ["NOT_SENT", "WORKER_LOST", "PreparedRequest", "RayLoadBackend", "RemotePhase", "split_shares"]
 
 
 @dataclass
-class _Worker:
-    name: str
-    node: NodeInfo
+class _Worker(WorkerBook):
+    node: NodeInfo = field(default_factory=lambda: NodeInfo("", "", "", 0.0))
     actor: Any = None
     where: dict[str, Any] = field(default_factory=dict)
     clock: ClockOffset | None = None
-    state: str = "placed"  # placed | ready | lost | failed
-    error: str | None = None
-    # this phase
-    specs: dict[str, PreparedRequest] = field(default_factory=dict)
-    started: set[str] = field(default_factory=set)
-    finished: set[str] = field(default_factory=set)
-    concurrency: int = 0
-    peak_in_flight: int = 0
-    done: bool = False
-    last_answer: float = 0.0
-    lost_rows: int = 0  # in-flight requests turned into worker_lost rows
-    unsent: int = 0  # requests it never sent, turned into not_sent rows when it was lost
-    cpu_s: float | None = None  # CPU seconds its process spent on this phase (as of its last poll)
-    clock_info: dict[str, Any] | None = None  # its client's clock source and kernel-stamp calibration
 
     def extra(self) -> dict[str, Any]:
         return {
@@ -226,7 +187,7 @@ class RayLoadBackend:
         ready = [w for w in self.workers if w.state == "ready"]
         shares = split_shares(len(items), concurrency, len(ready))
         for w in self.workers:
-            w.specs, w.started, w.finished, w.lost_rows, w.unsent, w.cpu_s = {}, set(), set(), 0, 0, None
+            w.new_phase([], 0)
         self._last_end_ns = None
         record: dict[str, Any] = {"backend": "ray", "workers": [], "requests": len(items)}
         self.phases.append(record)
@@ -234,19 +195,8 @@ class RayLoadBackend:
         starts = []
         for w, (idx, conc) in zip(ready, shares, strict=False):
             prepared = [phase.prepare(items[i]) for i in idx]
-            w.specs = {p.request_id: p for p in prepared}
-            w.started, w.finished, w.done, w.concurrency = set(), set(), False, conc
-            w.peak_in_flight, w.last_answer = 0, time.monotonic()
-            share = [
-                {
-                    "request_id": p.request_id,
-                    "fields": p.fields,
-                    "body": bodies.setdefault(p.body, len(bodies)),
-                    "offset_s": p.offset_s,
-                }
-                for p in prepared
-            ]
-            starts.append((w, share))
+            w.new_phase(prepared, conc)
+            starts.append((w, pack_share(prepared, bodies)))
         body_list = self.ray.put(list(bodies))  # shipped once, not once per worker
         active = [w for w, _ in starts]
         # the phase's span on the driver's timeline: from the common start (not the hand-out before
@@ -294,48 +244,16 @@ class RayLoadBackend:
                 self._take(w, res, phase)
 
     def _take(self, w: _Worker, res: dict[str, Any], phase: RemotePhase) -> None:
-        from kvbench.client import RequestRecord
-
-        w.last_answer = time.monotonic()
-        for rid in res["started"]:
-            w.started.add(rid)
-            phase.started(rid)
-        extra = w.extra()
-        for row in res["rows"]:
-            w.finished.add(row["request_id"])
-            if row.get("end_ns") is not None:
-                self._last_end_ns = max(self._last_end_ns or 0, int(row["end_ns"]))
-            phase.record(RequestRecord(**row), extra)
-        if res.get("cpu_s") is not None:
-            w.cpu_s = float(res["cpu_s"])
-        if res.get("clock") is not None:
-            w.clock_info = dict(res["clock"])
-        w.peak_in_flight = max(w.peak_in_flight, int(res.get("peak_in_flight") or 0))
-        if res.get("error"):
-            w.error = str(res["error"])
-        w.done = bool(res["done"]) and not res["rows"] and not res["started"]
+        end = w.take(res, phase)
+        if end is not None:
+            self._last_end_ns = max(self._last_end_ns or 0, end)
 
     def _lose(self, w: _Worker, phase: RemotePhase, why: str) -> None:
         """The worker is gone: its in-flight requests become worker_lost rows; it is killed."""
-        from kvbench.client import RequestRecord
-
-        w.state, w.error = "lost", f"lost: {why}"
         with contextlib.suppress(Exception):
             self.ray.kill(w.actor, no_restart=True)
         where = f"{w.name} on {w.where.get('hostname') or w.node.hostname} ({w.node.node_id[:12]})"
-        extra = w.extra()
-        for rid in sorted(w.started - w.finished):
-            p = w.specs[rid]
-            rec = RequestRecord(request_id=rid, **p.fields)
-            rec.fail(WORKER_LOST, f"load worker {where} was lost with this request in flight: {why}")
-            phase.record(rec, extra)
-            w.finished.add(rid)
-            w.lost_rows += 1
-        for rid in sorted(set(w.specs) - w.started - w.finished):  # never handed to its client
-            rec = RequestRecord(request_id=rid, **w.specs[rid].fields)
-            rec.fail(NOT_SENT, f"never sent: load worker {where} was lost before sending it: {why}")
-            phase.record(rec, extra)
-            w.unsent += 1
+        w.lose(phase, where, why)
 
     async def _cancel(self, active: list[_Worker], phase: RemotePhase) -> None:
         live = [w for w in active if w.state == "ready"]
@@ -347,23 +265,11 @@ class RayLoadBackend:
                 self._take(w, res, phase)
 
     def _worker_record(self, w: _Worker) -> dict[str, Any]:
-        assigned = len(w.specs)
         return {
-            "worker": w.name,
-            "state": w.state,
+            **w.book_record(),
             "node_id": w.where.get("node_id") or w.node.node_id,
             "hostname": w.where.get("hostname") or w.node.hostname,
             "ip": w.where.get("ip") or w.node.ip,
-            "concurrency": w.concurrency,
-            "peak_in_flight": w.peak_in_flight,
-            "assigned": assigned,
-            "rows": len(w.finished),
-            "lost_in_flight": w.lost_rows,
-            "not_issued": w.unsent,  # each also a not_sent row
-            "error": w.error,
-            "cpu_s": w.cpu_s,
-            "clock_source": (w.clock_info or {}).get("clock_source"),
-            "client_clock": w.clock_info,  # the shape of manifest.clock, for this worker
             **(w.clock.record() if w.clock is not None else {}),
         }
 

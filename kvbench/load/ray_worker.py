@@ -46,6 +46,9 @@ class LoadWorker:
         self.peak_in_flight = 0
         self.error: str | None = None
         self.cpu0 = 0.0  # this process's CPU seconds when the phase started (what sending it costs)
+        # called when a row or a started id is added: a worker that pushes its rows (a local worker
+        # process, kvbench.load.local_workers) sends them then; a polled one (Ray) leaves it None
+        self.notify: Any = None
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -138,6 +141,8 @@ class LoadWorker:
 
         attempt = 0
         self.started.append(spec["request_id"])
+        if self.notify is not None:
+            self.notify()
         while True:
             attempt += 1
             rec = RequestRecord(
@@ -156,12 +161,18 @@ class LoadWorker:
                 self.in_flight -= 1
                 if final or rec.status == "cancelled":
                     self.rows.append(dataclasses.asdict(rec))
+                    if self.notify is not None:
+                        self.notify()
             if final:
                 return
             await asyncio.sleep(min(RETRY_BASE_S * 2**attempt, RETRY_MAX_S))
 
     async def poll(self) -> dict[str, Any]:
         """Rows finished and ids started since the last poll; `done` once the phase is over here."""
+        return self.report()
+
+    def report(self) -> dict[str, Any]:
+        """poll()'s answer, taken at once (kvbench.load.worker_phase.WorkerBook.take reads it)."""
         rows, self.rows = self.rows, []
         started, self.started = self.started, []
         done = self.task is None or self.task.done()

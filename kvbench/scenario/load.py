@@ -14,13 +14,14 @@ from kvbench.scenario.sections import Strict, flag
 
 
 def _workers_field() -> Any:
-    """`workers`, the same for every load kind that can be split over Ray load workers."""
+    """`workers`, the same for every load kind that can be split over load workers."""
     return Field(
         0,
         ge=0,
         le=1024,
-        description="0: this process sends the load; K >= 1: K Ray load workers (cluster.backend: ray) "
-        "share it, the concurrency (or in-flight cap) split between them.",
+        description="0: this process sends the load; K >= 1: K load workers share it, the concurrency "
+        "(or in-flight cap) split between them: Ray actors with cluster.backend: ray, else K worker "
+        "processes on this machine.",
     )
 
 

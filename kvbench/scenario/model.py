@@ -72,11 +72,8 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         self.test.check(self)
-        if self.cluster.backend != "ray":
-            if getattr(self.noise, "clients", 1) > 1:
-                raise ValueError("noise.clients: more than one noise client needs cluster.backend: ray")
-            if self.load.workers:
-                raise ValueError("load.workers: load workers need cluster.backend: ray (0 = this process)")
+        if self.cluster.backend != "ray" and getattr(self.noise, "clients", 1) > 1:
+            raise ValueError("noise.clients: more than one noise client needs cluster.backend: ray")
         problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
         problem = problem or (self.slo and slo_problem(self.slo.bounds(), self.output.max_tokens, "slo:"))
         if problem:

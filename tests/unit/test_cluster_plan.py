@@ -149,7 +149,6 @@ def test_cluster_flag_and_section_are_checked(tmp_path) -> None:
     )
     for keys, message in [
         ({"noise.clients": 4}, "noise.clients: more than one noise client needs cluster.backend: ray"),
-        ({"load.workers": 2}, "load.workers: load workers need cluster.backend: ray"),
         ({"cluster.address": "ray://nowhere"}, "is not auto, ray://HOST:PORT or HOST:PORT"),
     ]:
         with pytest.raises(UsageError) as exc:
@@ -165,6 +164,7 @@ def test_cluster_flag_and_section_are_checked(tmp_path) -> None:
         },
     )
     assert (scn.cluster.address, scn.noise.clients, scn.load.workers) == ("ray://head:10001", 4, 2)
+    assert load_scenario("throughput", {"load.workers": 2})[0].load.workers == 2  # local worker processes
     assert parse_cluster_flag("ray://h:1") == {"cluster.backend": "ray", "cluster.address": "ray://h:1"}
 
 
