@@ -47,7 +47,8 @@ def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare_cmd(
         run_dirs: Annotated[
-            list[Path], typer.Argument(help="Two or more run directories; the first is the baseline.")
+            list[Path],
+            typer.Argument(help="Two or more run directories (or two sweeps); the first is the baseline."),
         ],
         out: Annotated[
             Path | None,
@@ -63,6 +64,7 @@ def register(app: typer.Typer) -> None:
         """Compare runs side by side (two servers, two configs, quiet vs noisy): tables and plots.
 
         Ratios are against the FIRST run given, matched by label (cold, warm, cached, baseline, quiet, noisy).
+        Two sweep directories compare point by point, matched by the swept fields' values.
         """
         from kvbench.report.compare import compare_runs
 

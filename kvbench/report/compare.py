@@ -204,6 +204,12 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
     if len(run_dirs) < 2:
         raise UsageError("compare: give at least two run directories")
     out = Path(out_dir) if out_dir else default_compare_dir()
+    from kvbench.report.sweep import is_sweep_dir
+
+    if any(is_sweep_dir(Path(d)) for d in run_dirs):  # sweep directories: point by point
+        from kvbench.report.sweep_compare import compare_sweeps
+
+        return compare_sweeps([Path(d) for d in run_dirs], out, quiet=quiet)
     out.mkdir(parents=True, exist_ok=True)
     summaries = [build_summary(d)[0] for d in run_dirs]
     names = [short_name(s.run.run_id) for s in summaries]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from kvbench.sweep.state import BaselinePlan, SweepPlan
+    from kvbench.sweep.state import BaselinePlan, SweepPlan, SweepState
 
 SWEEP_HELP = """Run a scenario at each value of one or two fields, or search a load range for goodput.
 
@@ -19,6 +19,7 @@ SWEEP_HELP = """Run a scenario at each value of one or two fields, or search a l
   kvbench sweep throughput --search goodput --over load.concurrency=1..32 \\
         --slo ttft_p99_ms=500 --attainment 0.9
   kvbench sweep --resume results/sweep-...     continue at the first point not complete
+  kvbench sweep throughput --over load.concurrency=1,4 --baseline-offload-off   + arm B, offload off
 
 Each point is a full run (its own verified cold start) in SWEEP_DIR/points/<i>-<field=value>/;
 SWEEP_DIR holds sweep.json, summary.csv/.parquet/.md and plots. A one-field load grid stops once
@@ -65,15 +66,9 @@ def sweep_cmd(
         bool, typer.Option("--allow-unverified-cold", help="Run even if a cold cache cannot be verified.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
-    baseline_url: Annotated[
-        str | None, typer.Option(help="Arm B: every point again against this URL (the server, offload off).")
-    ] = None,
-    baseline_set: Annotated[
-        list[str] | None, typer.Option("--baseline-set", help="Arm B: FIELD=V on top of the point's own.")
-    ] = None,
-    baseline_offload_off: Annotated[
-        bool, typer.Option("--baseline-offload-off", help="Arm B: the embedded mock with G2-G4 not caching.")
-    ] = False,
+    baseline_url: Annotated[str | None, typer.Option(help="Arm B: the same server, offload off.")] = None,
+    baseline_set: Annotated[list[str] | None, typer.Option(help="Arm B: FIELD=V on each point.")] = None,
+    baseline_offload_off: Annotated[bool, typer.Option(help="Arm B: the mock, G2-G4 off.")] = False,
 ) -> None:
     import asyncio
 
@@ -88,11 +83,8 @@ def sweep_cmd(
             raise UsageError(f"--resume {resume}: no sweep.json there")
         flags = {"SCENARIO": scenario, "--over": over, "--set": set_values, "--slo": slo}
         flags.update({"--search": search, "--mock-profile": mock_profile, "--base-url": base_url})
-        flags.update({"--baseline-url": baseline_url, "--baseline-set": baseline_set})
-        flags["--baseline-offload-off"] = baseline_offload_off
-        given = [name for name, value in flags.items() if value]
-        if given:
-            raise UsageError(f"--resume DIR takes the plan from DIR/sweep.json: drop {', '.join(given)}")
+        flags.update(zip(BASELINE_FLAGS, (baseline_url, baseline_set, baseline_offload_off), strict=True))
+        refuse_flags(flags)
         plan, sweep_dir = found.plan, resume
     else:
         if scenario is None:
@@ -119,7 +111,23 @@ def sweep_cmd(
     sweep = Sweep.open(sweep_dir, plan, found, allow_unverified_cold=allow_unverified_cold, quiet=quiet)
     sweep.check_all()  # every point validates before the first one runs
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    state = asyncio.run(sweep.run())
+    finish(sweep_dir, asyncio.run(sweep.run()), quiet)
+
+
+BASELINE_FLAGS = ("--baseline-url", "--baseline-set", "--baseline-offload-off")
+
+
+def refuse_flags(flags: dict[str, object]) -> None:
+    """--resume takes its plan from sweep.json: a flag that would change it is one line."""
+    given = [name for name, value in flags.items() if value]
+    if given:
+        from kvbench.errors import UsageError
+
+        raise UsageError(f"--resume DIR takes the plan from DIR/sweep.json: drop {', '.join(given)}")
+
+
+def finish(sweep_dir: Path, state: SweepState, quiet: bool) -> None:
+    """The sweep's plots, then its summary (printed unless quiet)."""
     from kvbench.report.sweep import write_sweep_report
     from kvbench.sweep.plots import write_plots
 
