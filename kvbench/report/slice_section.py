@@ -145,9 +145,13 @@ def slices_section(
         "came in it; prompt and cached tok/s and the hit ratio are the server's own counters over the "
         "slice; `onboard`/`offload` are KV moved per tier as the engine counts it, `gt onboard` the "
         "mock's ground truth; host and node columns are the network and disk of this host and of the "
-        "named node exporters; `lab link` is the kvbench lab's shaped link, each way, from its "
-        "interface's own counters."
+        "named node exporters."
     ]
+    if any(c.startswith("lab_link_") for c in sl.columns):
+        paras.append(
+            "`lab link` is the kvbench lab's shaped link, each way, from the byte counters of its host "
+            "end (`from storage` carries G4 restores and the neighbour's reads, `to storage` slot saves)."
+        )
     scale = read_run_manifest(run_dir).time_scale().value
     if scale != 1.0:
         paras.append(
