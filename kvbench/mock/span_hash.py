@@ -8,7 +8,10 @@ per-position constant, goes through the splitmix64 finalizer (a bijective mixer)
 value is the sum (mod 2**64) of its words' mixed values, plus its last partial word mixed with its
 length, mixed once more with the prefix's byte length. Summing mixed, position-salted words is
 order-sensitive and, for text not built to collide, as good as a random 64-bit function (it is
-no defence against a crafted collision; a block key never was a security boundary).
+no defence against a crafted collision; a block key never was a security boundary). The root
+enters the last mix only, so one pass over the words (SpanHash) gives the keys of every block
+and the digest of the whole text (the tokenizer's memo key and the answer's seed, which must not
+depend on the model).
 
 Locality: the low LOW_BITS of block i's key are (that of block 0's key + i), the rest its own
 prefix's. Python hashes an int by its value, so a prompt's 7,500 keys fall in neighbouring slots of
@@ -25,18 +28,18 @@ import hashlib
 import numpy as np
 import numpy.typing as npt
 
-SCHEME = "span-mix64-v1"  # recorded with a persisted G4 index: another scheme's keys start empty
+SCHEME = "span-mix64-v2"  # recorded with a persisted G4 index: another scheme's keys start empty
 LOW_BITS = 24
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _LOW = np.uint64((1 << LOW_BITS) - 1)
 _MASK = np.array([(1 << (8 * r)) - 1 for r in range(8)], np.uint64)  # the first r bytes of a word
-_ZERO = np.zeros(1, np.uint64)
-_positions = _a = _b = np.zeros(0, np.uint64)  # _scratch()
-_roots: dict[str, np.uint64] = {}
-
 Words = npt.NDArray[np.uint64]
+Offsets = npt.NDArray[np.int64]
+_DIGEST = "\x00digest"  # the digest's root: no model's
+_scratch_arrays: tuple[Words, ...] = (np.zeros(0, np.uint64),) * 4  # _scratch()
+_roots: dict[str, np.uint64] = {}
 
 
 def _mix(x: Words, tmp: Words) -> Words:
@@ -50,18 +53,17 @@ def _mix(x: Words, tmp: Words) -> Words:
     return x
 
 
-def _scratch(n: int) -> tuple[Words, Words, Words]:
-    """(salts, a, b): word j's salt (j * golden ratio) and two scratch arrays, n words each.
-
-    Kept between calls and grown on demand: a fresh 700 KB array per pass costs its page faults
-    (~170 a pass, more than the pass's arithmetic). The mock's one event loop is the only caller.
-    """
-    global _positions, _a, _b
-    if len(_positions) < n:
-        size = max(n, 2 * len(_positions))
-        _positions = np.arange(size, dtype=np.uint64) * _GOLDEN
-        _a, _b = np.empty(size, np.uint64), np.empty(size, np.uint64)
-    return _positions[:n], _a[:n], _b[:n]
+def _scratch(n: int) -> tuple[Words, Words, Words, Words]:
+    """(salts, raw, mixed, tmp), n words each: word j's salt (j * golden ratio) and three scratch
+    arrays. Kept between calls and grown on demand: a fresh 700 KB array per pass costs its page
+    faults (~170 a pass, more than the pass's arithmetic)."""
+    global _scratch_arrays
+    if len(_scratch_arrays[0]) < n:
+        size = max(n, 2 * len(_scratch_arrays[0]))
+        salts = np.arange(size, dtype=np.uint64) * _GOLDEN
+        _scratch_arrays = (salts, *(np.empty(size, np.uint64) for _ in range(3)))
+    salts, raw, mixed, tmp = _scratch_arrays
+    return salts[:n], raw[:n], mixed[:n], tmp[:n]
 
 
 def _root(root: str) -> np.uint64:
@@ -72,35 +74,73 @@ def _root(root: str) -> np.uint64:
     return seed
 
 
-def span_keys(data: bytes, ends: npt.NDArray[np.int64], root: str = "") -> tuple[int, ...]:
-    """The key of each prefix data[:e] for e in `ends` (increasing byte offsets, each > 0)."""
-    if len(ends) == 0:
-        return ()
-    q = ends // 8  # whole words in each prefix
-    r = (ends & 7).astype(np.uint64)  # and its bytes in the next word
-    n = int(q[-1]) + 1  # the words read: every block's whole words, and the last one's next
-    salts, words, tmp = _scratch(n)
-    raw = words.view(np.uint8)
-    size = min(len(data), 8 * n)
-    raw[:size] = np.frombuffer(data, np.uint8, size)
-    raw[size:] = 0
-    # the partial words (each prefix's next r bytes) before `words` is mixed in place
-    tail = (words[q] & _MASK[r]) ^ salts[q]
-    tail += r * _M2
-    words ^= salts
-    words ^= _root(root)
-    _mix(words, tmp)
-    # the sum of each prefix's whole words: a sum per block (words[q[-1]] is made the last range's
-    # bound, 0), then a running sum of 7,500 numbers
-    words[n - 1] = 0
-    starts = np.concatenate(([0], q[:-1]))
-    step = np.add.reduceat(words, starts)
-    step[starts == q] = 0  # reduceat gives the element itself for an empty range
-    keys = np.cumsum(step, dtype=np.uint64)
-    keys += _mix(tail, np.empty_like(tail))
-    keys ^= ends.astype(np.uint64) * _GOLDEN
-    _mix(keys, tail)
-    low = (keys[0] + np.arange(len(keys), dtype=np.uint64)) & _LOW
-    keys &= ~_LOW
-    keys |= low
-    return tuple(keys.tolist())
+class SpanHash:
+    """One pass over a text's words; then the key of any of its prefixes, and its digest.
+
+    Uses module-level scratch arrays: valid until the next SpanHash is made (the mock's one event
+    loop makes them one at a time, and uses each at once); a stale one raises RuntimeError.
+    """
+
+    _latest = 0
+
+    def __init__(self, data: bytes) -> None:
+        SpanHash._latest += 1
+        self._generation = SpanHash._latest
+        self.size = len(data)
+        n = self.size // 8 + 1  # the last word padded with zeros
+        self._salts, self._raw, self._mixed, tmp = _scratch(n)
+        raw = self._raw.view(np.uint8)
+        raw[: self.size] = np.frombuffer(data, np.uint8)
+        raw[self.size :] = 0
+        np.bitwise_xor(self._raw, self._salts, out=self._mixed)
+        _mix(self._mixed, tmp)
+
+    def keys(self, ends: Offsets, root: str = "") -> tuple[int, ...]:
+        """The key of each prefix data[:e] for e in `ends` (increasing byte offsets), rooted in
+        `root`; neighbouring low bits (module docstring)."""
+        self._check()
+        if len(ends) == 0:
+            return ()
+        q = ends // 8  # whole words in each prefix
+        last = int(q[-1])
+        # the sum of each prefix's whole words: a sum per block, then a running sum of 7,500
+        # numbers (reduceat's last range runs to the array's end: words[last] taken off again)
+        starts = np.concatenate(([0], q[:-1]))
+        step = np.add.reduceat(self._mixed[: last + 1], starts)
+        step[-1:] -= self._mixed[last : last + 1]  # arrays: wrapping, not a scalar's warning
+        step[starts == q] = 0  # reduceat gives the element itself for an empty range
+        keys = np.cumsum(step, dtype=np.uint64)
+        keys += self._tails(ends, q)
+        keys ^= _root(root)
+        _mix(keys, np.empty_like(keys))
+        low = (keys[0] + np.arange(len(keys), dtype=np.uint64)) & _LOW
+        keys &= ~_LOW
+        keys |= low
+        return tuple(keys.tolist())
+
+    def digest(self) -> int:
+        """A 64-bit digest of the whole text (no root: the same text, the same digest)."""
+        self._check()
+        ends = np.array([self.size], np.int64)
+        q = ends // 8
+        key = np.array([self._mixed[: q[0]].sum(dtype=np.uint64)]) + self._tails(ends, q)
+        key ^= _root(_DIGEST)
+        return int(_mix(key, np.empty_like(key))[0])
+
+    def _check(self) -> None:
+        if self._generation != SpanHash._latest:
+            raise RuntimeError("stale SpanHash: another one has since used the scratch arrays")
+
+    def _tails(self, ends: Offsets, q: Offsets) -> Words:
+        """Each prefix's partial last word, with its length, mixed; and the prefix's length."""
+        r = (ends & 7).astype(np.uint64)
+        tail = (self._raw[q] & _MASK[r]) ^ self._salts[q]
+        tail += r * _M2
+        _mix(tail, np.empty_like(tail))
+        tail ^= ends.astype(np.uint64) * _GOLDEN
+        return tail
+
+
+def span_keys(data: bytes, ends: Offsets, root: str = "") -> tuple[int, ...]:
+    """The key of each prefix data[:e] for e in `ends` (increasing byte offsets)."""
+    return SpanHash(data).keys(ends, root) if len(ends) else ()
