@@ -1,5 +1,10 @@
 """The tier-cliff map: `--over working_set=8k,16k,...` on the ttft test, the tier boundaries the
-mock profile's capacities predict, and where the warm request's serving tier actually changed.
+tiers' sizes predict, and where the warm request's serving tier actually changed.
+
+The sizes come from the embedded mock's profile, from the server's adapter (vLLM's
+cache_config_info, llama.cpp's /props) and from `--tiers` (which wins); kvbench.sweep.tiers turns
+a size into a boundary. The observed tier is the mock's ground truth, or for a real server its
+cached share of the warm prompt and, where the engine counts hits by source, the tier named.
 
 A point's working set is the tokens the warm request's KV must survive: its own prompt (cold)
 plus the filler prompts sent between cold and warm (`test.eviction: filler`). The mock writes
@@ -11,26 +16,30 @@ tokens: capacity_bytes / (KV bytes per token x block tokens), whole blocks, x bl
 
 from __future__ import annotations
 
-import re
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kvbench.engines.adapters import TierCapacity
 from kvbench.errors import UsageError
-from kvbench.results import read_jsonl
+from kvbench.results import load_record, read_jsonl
+from kvbench.sweep.points import hit_ratio
+from kvbench.sweep.tiers import (
+    TierSpec,
+    boundary_tokens,
+    merge,
+    parse_tiers,
+    parse_tokens,
+    reported_capacities,
+)
 
 WORKING_SET = "working_set"
 TIERS = ("G1", "G2", "G3", "G4")
 MISS = "recompute"
-
-
-def parse_tokens(text: str) -> int:
-    """'16k' -> 16000, '16Ki' -> 16384, '20000' -> 20000."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(k|Ki|M|Mi)?\s*", text)
-    if not m:
-        raise UsageError(f"--over working_set={text}: expected tokens, e.g. 16k, 16Ki or 20000")
-    scale = {None: 1, "k": 1000, "Ki": 1024, "M": 1_000_000, "Mi": 1 << 20}[m.group(2)]
-    return int(float(m.group(1)) * scale)
+CACHED = "cached"  # a real server's hit whose tier it does not say (llama.cpp: slot or RAM cache)
+PARTIAL = "partial"  # a real server kept only part of the warm prompt: its tier already overflowed
+FULL_HIT = 0.9  # of the sweep's best hit ratio: below it a hit is PARTIAL
 
 
 def expand(assignment: dict[str, str], prompt_tokens: int) -> dict[str, str]:
@@ -74,12 +83,11 @@ class Boundary:
     tier: str
     tokens: int
     next_tier: str
+    source: str = ""
 
 
-def predicted_boundaries(scn: Any) -> tuple[list[Boundary], str]:
-    """The embedded mock's boundaries for this scenario's profile (and overrides), with a source."""
-    if scn.target.base_url is not None:
-        return [], "no prediction: not the embedded mock (a server's tier sizes are not known here)"
+def mock_tiers(scn: Any) -> tuple[dict[str, tuple[int, str]], str, float | None]:
+    """The embedded mock's tiers in tokens (by tier, with a source), a note, KV bytes per token."""
     from kvbench.mock.config import TieredProfile
     from kvbench.mock.profiles import load_profile
     from kvbench.mock.timing import derive_params
@@ -87,23 +95,51 @@ def predicted_boundaries(scn: Any) -> tuple[list[Boundary], str]:
     name = scn.target.mock_profile
     profile = load_profile(name, {**scn.test.mock_defaults, **scn.target.mock_overrides})
     if not isinstance(profile, TieredProfile):
-        return [], f"no prediction: mock profile {name} has no cache tiers"
+        return {}, f"mock profile {name} has no cache tiers", None
     params = derive_params(profile)
-    serving: list[tuple[str, int]] = []
-    for tier in TIERS:
-        if not params.tier(tier).enabled:
-            continue
-        tokens = params.capacity_blocks(tier) * params.block_tokens
-        if not serving or tokens > serving[-1][1]:  # a tier no larger than a faster one never serves
-            serving.append((tier, tokens))
-    names = [t for t, _ in serving] + [MISS]
-    out = [Boundary(t, n, names[i + 1]) for i, (t, n) in enumerate(serving)]
+    src = f"mock profile {name}"
+    out = {
+        tier: (params.capacity_blocks(tier) * params.block_tokens, src)
+        for tier in TIERS
+        if params.tier(tier).enabled
+    }
     per_token = params.block_bytes / params.block_tokens
-    return (
-        out,
-        f"mock profile {name}: {per_token / 1024:.0f} KiB of KV per token, "
-        f"{params.block_tokens}-token blocks",
-    )
+    note = f"{src}: {per_token / 1024:.0f} KiB of KV per token, {params.block_tokens}-token blocks"
+    return out, note, per_token
+
+
+def predicted_boundaries(
+    scn: Any, spec: TierSpec | None = None, reported: list[TierCapacity] | None = None
+) -> tuple[list[Boundary], str]:
+    """The boundaries this scenario's tiers predict, with where their sizes came from: the embedded
+    mock's profile, the server's adapter (`reported`), `--tiers` (`spec`, which wins)."""
+    spec = spec or TierSpec()
+    notes: list[str] = []
+    sized: dict[str, tuple[int, str]] = {}
+    per_token = None
+    if scn.target.base_url is None:
+        sized, note, per_token = mock_tiers(scn)
+        notes.append(note)
+    caps = merge(list(reported or []), spec)
+    kv = spec.kv_bytes_per_token or per_token
+    if spec.kv_source:
+        notes.append(spec.kv_source)
+    for cap in caps:
+        tokens = boundary_tokens(cap, prompt_length(scn), scn.output.max_tokens, kv)
+        if tokens is not None:
+            sized[cap.tier] = (tokens, cap.source)
+            notes.append(cap.source)
+    serving: list[tuple[str, int, str]] = []
+    for tier in TIERS:
+        if tier in sized and (not serving or sized[tier][0] > serving[-1][1]):
+            serving.append((tier, *sized[tier]))  # a tier no larger than a faster one never serves
+    if not serving:
+        return [], "no prediction: " + (
+            "; ".join(notes) if notes else "the server reports no tier sizes (give --tiers G1=...)"
+        )
+    names = [t for t, _, _ in serving] + [MISS]
+    out = [Boundary(t, n, names[i + 1], src) for i, (t, n, src) in enumerate(serving)]
+    return out, "; ".join(dict.fromkeys(notes))
 
 
 def predicted_tier(tokens: int, boundaries: list[Boundary]) -> str:
@@ -114,38 +150,74 @@ def predicted_tier(tokens: int, boundaries: list[Boundary]) -> str:
 
 
 def serving_tier(run_dir: Path, label_rows: list[dict[str, Any]]) -> str | None:
-    """Where the measured warm request's prompt came from, per the mock's ground truth (None when
-    there is none: a real server)."""
+    """Where the measured warm request's prompt came from: the mock's ground truth; for a real
+    server, recomputed when under half its prompt was cached, else the tier the engine's counters
+    name (vLLM's prompt_tokens_by_source) or CACHED where they name none (llama.cpp)."""
     truth_path = run_dir / "mock_ground_truth.jsonl"
-    if not truth_path.exists() or not label_rows:
+    if not label_rows:
         return None
-    wanted = {r["request_id"] for r in label_rows}
-    for t in read_jsonl(truth_path):
-        if t.get("request_id") in wanted:
-            by_tier = t.get("tokens_from_tier") or {}
-            if not t.get("cached_tokens"):
-                return MISS
-            return max(TIERS, key=lambda k: by_tier.get(k, 0))
-    return None
+    if truth_path.exists():
+        wanted = {r["request_id"] for r in label_rows}
+        for t in read_jsonl(truth_path):
+            if t.get("request_id") in wanted:
+                by_tier = t.get("tokens_from_tier") or {}
+                if not t.get("cached_tokens"):
+                    return MISS
+                return max(TIERS, key=lambda k: by_tier.get(k, 0))
+        return None
+    share = hit_ratio(label_rows)
+    if share is None:
+        return None
+    if share < 0.5:
+        return MISS
+    return counted_tier(run_dir) or CACHED
+
+
+def counted_tier(run_dir: Path) -> str | None:
+    """The tier the engine's tier counter credits with most of the ttft phase's hits (its cold and
+    fillers are salted: the warm request is the phase's one hit)."""
+    from kvbench.engines.adapters import get_adapter
+    from kvbench.errors import KvbenchError
+    from kvbench.results import METRIC_DELTAS
+
+    path = run_dir / METRIC_DELTAS
+    try:
+        adapter = get_adapter(load_record(run_dir).manifest.target.engine)
+        deltas = json.loads(path.read_text()) if path.exists() else {}
+    except (KvbenchError, OSError, ValueError):
+        return None
+    by_tier: dict[str, float] = {}
+    for label, tokens in adapter.tier_hits(deltas.get("ttft") or {}).items():
+        tier = adapter.tier_of_source.get(label, label if label in TIERS else "")
+        if tier and tokens > 0:
+            by_tier[tier] = by_tier.get(tier, 0.0) + tokens
+    return max(by_tier, key=lambda t: by_tier[t]) if by_tier else None
 
 
 def cliff_table(points: list[tuple[int, str | None]], boundaries: list[Boundary]) -> list[dict[str, Any]]:
     """Per predicted boundary: the largest working set still served at or above its tier and the
-    smallest served below it, and whether the prediction lies between them (one sweep step)."""
+    smallest served below it, and whether the prediction lies between them (one sweep step). A
+    CACHED point (a hit whose tier the engine does not say) is inside the last tier's boundary and
+    leaves the others unplaced: their within_one_step is None."""
     order = {t: i for i, t in enumerate([*TIERS, MISS])}
+    order[PARTIAL] = order[MISS]
+    cached = any(t == CACHED for _, t in points)
     rows = []
     for b in boundaries:
         rank = order[b.tier]
-        seen = [(ws, order[t]) for ws, t in points if t is not None]
+        last = b.next_tier == MISS
+        seen = [(ws, order.get(t, rank)) for ws, t in points if t is not None]
         inside = [ws for ws, r in seen if r <= rank]
         beyond = [ws for ws, r in seen if r > rank]
         last_in = max(inside) if inside else None
         first_out = min(beyond) if beyond else None
         ok = last_in is not None and first_out is not None and last_in <= b.tokens <= first_out
         ordered = last_in is None or first_out is None or last_in < first_out
+        judged = None if cached and not last else ok and ordered
         rows.append(
-            {**asdict(b), "observed_last_inside": last_in, "observed_first_beyond": first_out,
-             "within_one_step": ok and ordered}
+            {**asdict(b), "observed_last_inside": last_in if judged is not None else None,
+             "observed_first_beyond": first_out if judged is not None else None,
+             "within_one_step": judged}
         )  # fmt: skip
     return rows
 
@@ -154,30 +226,58 @@ def cliff_figures(
     run_dir: Path, assignment: dict[str, str], scn: Any, metrics: dict[str, Any]
 ) -> dict[str, Any]:
     """A working-set point's own figures: the working set sent, the tier that served the warm
-    prompt, and the tier the prediction names."""
+    prompt, and the tier the mock's profile predicts (a server's: set by cliff_summary)."""
     from kvbench.results import REQUESTS
 
     length = prompt_length(scn)
     ws = effective_working_set(parse_tokens(assignment[WORKING_SET]), length)
     rows = [r for r in read_jsonl(run_dir / REQUESTS) if r.get("label") == metrics.get("label")]
-    boundaries, _ = predicted_boundaries(scn)
+    boundaries, _ = predicted_boundaries(scn) if scn.target.base_url is None else ([], "")
     return {
+        "engine": load_record(run_dir).manifest.target.engine,  # named or detected
         "working_set_tokens": ws,
         "serving_tier": serving_tier(run_dir, rows),
+        "tier_seen_by": "mock ground truth" if (run_dir / "mock_ground_truth.jsonl").exists() else "server",
         "predicted_tier": predicted_tier(ws, boundaries) if boundaries else None,
     }
 
 
+def mark_partial(points: list[Any]) -> None:
+    """A real server's hit below FULL_HIT of the sweep's best (the whole prompt but the blocks an
+    engine always recomputes) is PARTIAL: the tier held only part of the working set (vLLM evicts
+    a prompt's tail blocks first). The mock's points carry ground truth and are left alone."""
+    ratios = [p.metrics.get("hit_ratio") for p in points if p.metrics.get("serving_tier") not in (None, MISS)]
+    best = max((r for r in ratios if r is not None), default=None)
+    for p in points:
+        m = p.metrics
+        real = m.get("tier_seen_by") == "server" and m.get("serving_tier") not in (None, MISS)
+        if best and real and m.get("hit_ratio") is not None and m["hit_ratio"] < FULL_HIT * best:
+            m["serving_tier"] = PARTIAL
+
+
 def cliff_summary(state: Any, scn: Any) -> dict[str, Any]:
-    """sweep.json's `cliff`: the boundaries, where they came from, predicted vs observed."""
-    boundaries, source = predicted_boundaries(scn)
-    seen = [
-        (p.metrics["working_set_tokens"], p.metrics.get("serving_tier"))
-        for p in state.points
-        if p.metrics and p.metrics.get("working_set_tokens") is not None
-    ]
+    """sweep.json's `cliff`: the boundaries, where they came from, predicted vs observed; every
+    point's predicted_tier set from them."""
+    main = [p for p in state.points if getattr(p, "arm", "main") == "main" and p.metrics]
+    spec = parse_tiers(getattr(state.plan, "tiers", None))
+    engine = next((p.metrics["engine"] for p in main if p.metrics.get("engine")), scn.target.engine)
+    boundaries, source = predicted_boundaries(scn, spec, reported_capacities(scn, engine))
+    mark_partial(main)
+    seen = []
+    for p in main:
+        ws = p.metrics.get("working_set_tokens")
+        if ws is None:
+            continue
+        p.metrics["predicted_tier"] = predicted_tier(ws, boundaries) if boundaries else None
+        seen.append((ws, p.metrics.get("serving_tier")))
+    table = cliff_table(sorted(seen), boundaries)
+    unplaced = [r for r in table if r["within_one_step"] is None]
+    if unplaced:  # the report's table says yes/no: a boundary nothing observed places is named here
+        where = ", ".join(f"{r['tier']} -> {r['next_tier']} at {r['tokens']:,}" for r in unplaced)
+        source += f"; not observable: {where} (the engine does not say which tier served a hit)"
     return {
         "source": source,
         "boundaries": [asdict(b) for b in boundaries],
-        "table": cliff_table(sorted(seen), boundaries),
+        "table": [r for r in table if r["within_one_step"] is not None],
+        "unobserved": unplaced,
     }

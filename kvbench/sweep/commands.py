@@ -66,6 +66,14 @@ def sweep_cmd(
         bool, typer.Option("--allow-unverified-cold", help="Run even if a cold cache cannot be verified.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    tiers: Annotated[
+        str | None,
+        typer.Option(
+            help="Tier sizes for a working_set sweep's predicted cliffs, e.g. G1=2048,G2=16MiB,kv=4KiB: "
+            "a size ending in B is bytes (kv= the KV bytes per token, or a model preset/config.json), "
+            "Nslots whole prompts, else tokens (16k). Wins over the mock profile and the server's own."
+        ),
+    ] = None,
     baseline_url: Annotated[str | None, typer.Option(help="Arm B: the same server, offload off.")] = None,
     baseline_set: Annotated[list[str] | None, typer.Option(help="Arm B: FIELD=V on each point.")] = None,
     baseline_offload_off: Annotated[bool, typer.Option(help="Arm B: the mock, G2-G4 off.")] = False,
@@ -83,6 +91,7 @@ def sweep_cmd(
             raise UsageError(f"--resume {resume}: no sweep.json there")
         flags = {"SCENARIO": scenario, "--over": over, "--set": set_values, "--slo": slo}
         flags.update({"--search": search, "--mock-profile": mock_profile, "--base-url": base_url})
+        flags["--tiers"] = tiers
         flags.update(zip(BASELINE_FLAGS, (baseline_url, baseline_set, baseline_offload_off), strict=True))
         refuse_flags(flags)
         plan, sweep_dir = found.plan, resume
@@ -104,6 +113,10 @@ def sweep_cmd(
             stop_at_saturation,
             baseline=baseline_plan(baseline_url, baseline_set or [], baseline_offload_off),
         )
+        from kvbench.sweep.tiers import parse_tiers
+
+        parse_tiers(tiers)  # a bad --tiers is one line, exit 2, before any point
+        plan.tiers = tiers
         sweep_dir = out or default_dir(scenario)
         found = read_state(sweep_dir)
         if found is not None:

@@ -128,28 +128,31 @@ TIER_COLOURS = {
     "G2": "tab:blue",
     "G3": "tab:orange",
     "G4": "tab:purple",
+    "cached": "tab:cyan",
+    "partial": "tab:pink",
     "recompute": "tab:red",
 }
+TIER_WORDS = {"recompute": "recomputed", "cached": "cached (tier not reported)", "partial": "partly cached"}
 
 
 def draw_cliff(ax: Any, rows: list[dict[str, Any]], cliff: dict[str, Any]) -> None:
-    """Warm TTFT against working set, each point coloured by the tier that served it, and the
-    predicted boundaries as dashed lines."""
+    """Warm TTFT p50 (and p99, dotted) against working set, each point coloured by the tier that
+    served it, the warm prompt's hit ratio on the right axis, the predicted boundaries dashed."""
     pts = sorted((r for r in rows if r.get("working_set_tokens")), key=lambda r: r["working_set_tokens"])
-    ax.plot(
-        [r["working_set_tokens"] for r in pts], [r["ttft_p50_ms"] for r in pts], "-", color="grey", alpha=0.5
-    )
+    xs = [r["working_set_tokens"] for r in pts]
+    ax.plot(xs, [r["ttft_p50_ms"] for r in pts], "-", color="grey", alpha=0.5)
+    if any(r.get("ttft_p99_ms") is not None for r in pts):
+        ax.plot(xs, [r.get("ttft_p99_ms") for r in pts], ":", color="grey", alpha=0.7, label="p99")
     for tier, colour in TIER_COLOURS.items():
         mine = [r for r in pts if r.get("serving_tier") == tier]
         if mine:
-            xs, ys = [r["working_set_tokens"] for r in mine], [r["ttft_p50_ms"] for r in mine]
             ax.plot(
-                xs,
-                ys,
+                [r["working_set_tokens"] for r in mine],
+                [r["ttft_p50_ms"] for r in mine],
                 "o",
                 color=colour,
                 markersize=8,
-                label="recomputed" if tier == "recompute" else f"served by {tier}",
+                label=TIER_WORDS.get(tier, f"served by {tier}"),
             )
     for b in cliff.get("boundaries") or []:
         ax.axvline(b["tokens"], color=TIER_COLOURS.get(b["tier"], "k"), linestyle="--", alpha=0.7)
@@ -158,16 +161,28 @@ def draw_cliff(ax: Any, rows: list[dict[str, Any]], cliff: dict[str, Any]) -> No
             (b["tokens"], 1),
             xycoords=("data", "axes fraction"),
             fontsize=7,
-            ha="right",
+            ha="left",
             va="top",
-            xytext=(-2, -2),
+            xytext=(2, -2),
             textcoords="offset points",
         )
-    ax.set_xscale("log")
+    hits = [(r["working_set_tokens"], r["hit_ratio"]) for r in pts if r.get("hit_ratio") is not None]
+    if hits:
+        twin = ax.twinx()
+        twin.plot([h[0] for h in hits], [h[1] for h in hits], "x-", color="black", alpha=0.35)
+        twin.set_ylim(-0.05, 1.05)
+        twin.set_ylabel("warm hit ratio (x, black)")
+    if xs and max(xs) > 20 * min(xs):  # a few points over a small range read better on a linear axis
+        ax.set_xscale("log")
     ax.set_xlabel("working set (tokens the warm prompt must survive)")
-    ax.set_ylabel("warm TTFT (ms)")
-    ax.set_title("Tier-cliff map: observed serving tier, predicted boundaries (dashed)")
-    ax.legend(fontsize=8, loc="center left")
+    ax.set_ylabel("warm TTFT (ms): p50 dots, p99 dotted")
+    source = str(cliff.get("source") or "")
+    ax.set_title(
+        "Tier-cliff map: serving tier per point, predicted boundaries (dashed)\n"
+        + (source if len(source) < 110 else source[:107] + "..."),
+        fontsize=8,
+    )
+    ax.legend(fontsize=7, loc="center left")
 
 
 def write_plots(sweep_dir: Path, state: SweepState) -> list[Path]:

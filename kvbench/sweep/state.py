@@ -60,6 +60,9 @@ class SweepPlan(Strict):
         None, description="Request label measured (None: the most common measured one)."
     )
     stop_at_saturation: bool = Field(True, description="A one-field load grid stops once saturated.")
+    tiers: str | None = Field(
+        None, description="--tiers as given: tier sizes for the tier-cliff map (kvbench.sweep.tiers)."
+    )
     baseline: BaselinePlan | None = Field(
         None, description="Run every point on a second, offload-off arm too (arm A then arm B)."
     )

@@ -80,3 +80,106 @@ def test_observed_cliffs_are_placed_between_sweep_points():
     assert early[0]["within_one_step"] is False
     # never crossed: no observed position, so no claim
     assert cliff_table([(8000, "G1")], bounds)[0]["within_one_step"] is False
+
+
+# -- --tiers, the adapters' sizes, real servers' observations -------------------------------------
+
+
+def test_tiers_read_bytes_tokens_and_slots():
+    from kvbench.sweep.tiers import parse_tiers
+
+    spec = parse_tiers("G1=2slots,G2=16MiB,g3=20k,kv=4KiB")
+    caps = {c.tier: c for c in spec.capacities}
+    assert caps["G1"].sequences == 2 and caps["G2"].bytes == 16 * 2**20 and caps["G3"].tokens == 20_000
+    assert spec.kv_bytes_per_token == 4096 and caps["G2"].source == "--tiers G2=16MiB"
+    geo = parse_tiers("G1=1GiB,kv=llama-3.1-8b")
+    assert geo.kv_bytes_per_token == PRESETS["llama-3.1-8b"].bytes_per_token(False)
+    for bad, words in (("G1=64MiB", "needs kv="), ("G9=1k", "not a tier"), ("G1", "TIER=SIZE"),
+                       ("G1=lots", "expected bytes")):  # fmt: skip
+        with pytest.raises(UsageError, match=words):
+            parse_tiers(bad)
+
+
+def test_a_tier_holds_whole_prompts_with_their_output_in_its_blocks():
+    from kvbench.engines.adapters import TierCapacity
+    from kvbench.sweep.tiers import boundary_tokens
+
+    # 9 MiB of 4 KiB tokens is 2304 tokens: four 512 + 4-token prompts (a fifth would need 2580)
+    assert boundary_tokens(TierCapacity("G2", bytes=9 * 2**20), 512, 4, 4096) == 4 * 512
+    # 15 blocks of 128: a 516-token prompt takes 5 blocks, so 3 prompts fit (not 1920 / 516 = 3.7)
+    assert boundary_tokens(TierCapacity("G1", 1920, block_tokens=128), 512, 4, None) == 3 * 512
+    assert boundary_tokens(TierCapacity("G1", 2048, sequences=2), 512, 4, None) == 1024
+    assert boundary_tokens(TierCapacity("G1", 256, sequences=2), 512, 4, None) == 0  # longer than a slot
+    assert boundary_tokens(TierCapacity("G2", bytes=1e9), 512, 4, None) is None  # bytes, no KV size
+
+
+def test_adapters_read_the_tier_sizes_their_servers_report():
+    from kvbench.engines.adapters import get_adapter
+
+    metrics = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        'vllm:cache_config_info{block_size="128",engine="0",num_cpu_blocks="None",num_gpu_blocks="16"} 1.0\n'
+    )
+    [g1] = get_adapter("vllm").tier_capacities({"/metrics": metrics})
+    assert (g1.tier, g1.tokens, g1.block_tokens) == ("G1", 15 * 128, 128)  # less vLLM's null block
+    assert "cache_config_info" in g1.source
+    props = '{"total_slots": 3, "default_generation_settings": {"n_ctx": 4096}}'
+    [slots] = get_adapter("llamacpp").tier_capacities({"/props": props})
+    assert (slots.tier, slots.sequences, slots.tokens) == ("G1", 3, 4096)
+    assert get_adapter("llamacpp").tier_capacities({"/props": "not json"}) == []
+    assert get_adapter("vllm").tier_capacities({}) == [] and get_adapter("generic").capacity_paths == ()
+
+
+def test_tiers_win_over_the_server_and_the_mock_profile():
+    from kvbench.engines.adapters import TierCapacity
+    from kvbench.sweep.tiers import parse_tiers
+
+    real = {"prompts.lengths": Raw("[512]"), "output.max_tokens": Raw("4")}
+    real["target.base_url"] = Raw("http://127.0.0.1:9")
+    scn, _ = load_scenario("ttft", real)
+    reported = [TierCapacity("G1", 2048, sequences=1, source="adapter: llamacpp /props")]
+    bounds, source = predicted_boundaries(scn, parse_tiers("G2=9MiB,kv=4KiB"), reported)
+    assert [(b.tier, b.tokens, b.next_tier) for b in bounds] == [("G1", 512, "G2"), ("G2", 2048, "recompute")]
+    assert "adapter: llamacpp /props" in source and "--tiers G2=9MiB" in source
+    assert predicted_boundaries(scn)[0] == [] and "give --tiers" in predicted_boundaries(scn)[1]
+    mock = {"target.mock_profile": Raw("laptop"), "prompts.lengths": Raw("[4000]")}
+    scn, _ = load_scenario("ttft", mock)
+    bounds, source = predicted_boundaries(scn, parse_tiers("G1=8100"))  # two 4000 + 16-token prompts
+    assert bounds[0].tokens == 8000 and bounds[0].source == "--tiers G1=8100" and "laptop" in source
+    assert predicted_boundaries(scn, parse_tiers("G1=8k"))[0][0].tokens == 4000  # 8000 < 2 x 4016
+
+
+def test_a_hit_of_unknown_tier_places_only_the_last_cliff():
+    bounds = [Boundary("G1", 512, "G2"), Boundary("G2", 2048, "recompute")]
+    seen = [(512, "cached"), (1024, "cached"), (2048, "cached"), (2560, "recompute")]
+    g1, g2 = cliff_table(seen, bounds)
+    assert g1["within_one_step"] is None and g1["observed_last_inside"] is None
+    assert (g2["observed_last_inside"], g2["observed_first_beyond"], g2["within_one_step"]) == (
+        2048,
+        2560,
+        True,
+    )
+    # a partial hit is past the cliff: the tier already dropped part of the working set
+    part = cliff_table(
+        [(1536, "G1"), (2048, "partial"), (2560, "recompute")], [Boundary("G1", 1536, "recompute")]
+    )
+    assert part[0]["observed_first_beyond"] == 2048 and part[0]["within_one_step"] is True
+
+
+def test_a_partial_hit_is_one_below_the_sweeps_best():
+    from types import SimpleNamespace
+
+    from kvbench.sweep.cliff import mark_partial
+
+    def point(ratio, tier, seen_by="server"):
+        metrics = {"hit_ratio": ratio, "serving_tier": tier, "tier_seen_by": seen_by}
+        return SimpleNamespace(metrics=metrics)
+
+    pts = [
+        point(0.75, "G1"),
+        point(0.5, "G1"),
+        point(0.0, "recompute"),
+        point(0.5, "G2", "mock ground truth"),
+    ]
+    mark_partial(pts)
+    assert [p.metrics["serving_tier"] for p in pts] == ["G1", "partial", "recompute", "G2"]

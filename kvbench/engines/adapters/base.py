@@ -15,6 +15,9 @@ engine-specific that the run needs is asked of the adapter, never hand-dispatche
   every timed request)
 - tiers: `evict_fast_tiers()`, `pin_request()`, `save_slot()` / `erase_slot()` /
   `restore_slot()`, `disk_round_trip()`; an engine without one raises `TierUnsupported`.
+- tier sizes: `capacity_paths` (GETs) and `tier_capacities()` (what their answers say each tier
+  holds, for the tier-cliff map's prediction); `tier_of_source` names the tier a hit came from by
+  `tier_counter`'s label value.
 
 The class attributes are the rules; the methods are the I/O that uses them. The rules are pure,
 so a contract test runs every registered adapter without a network. Importing this module is
@@ -95,6 +98,20 @@ class GaugeRef:
     source: str = ""
 
 
+@dataclass(frozen=True)
+class TierCapacity:
+    """What one cache tier holds, as the server (or the user) states it: KV `tokens`, or `bytes`
+    (tokens = bytes / KV bytes per token), or whole `sequences` of at most `tokens` each (llama.cpp's
+    slots). It allocates in blocks of `block_tokens`; `source` says where each figure came from."""
+
+    tier: str
+    tokens: float | None = None
+    bytes: float | None = None
+    sequences: int | None = None
+    block_tokens: int = 1
+    source: str = ""
+
+
 class EngineAdapter:
     """Base adapter: a server with no known reset, counters or tiers (the `generic` engine)."""
 
@@ -134,6 +151,8 @@ class EngineAdapter:
 
     # -- tiers ----------------------------------------------------------------------------------
     fast_tier_reset_path: ClassVar[str | None] = None  # empties the fast tiers, keeps the lower ones
+    capacity_paths: ClassVar[tuple[str, ...]] = ()  # GETs whose answers tier_capacities() reads
+    tier_of_source: ClassVar[Mapping[str, str]] = {}  # tier_counter label value -> G1..G4
 
     @property
     def engine(self) -> str:
@@ -203,6 +222,10 @@ class EngineAdapter:
             if value is not None:
                 out[component] = value
         return out
+
+    def tier_capacities(self, answers: Mapping[str, str]) -> list[TierCapacity]:
+        """Each tier's size from the bodies of `capacity_paths` (path -> text); [] when unknown."""
+        return []
 
     def pin_request(self, slot: int) -> dict[str, Any]:
         """Body fields that pin a request to one slot; {} where the engine has no slots."""

@@ -21,6 +21,7 @@ run's session (kvbench.client.make_session) copes with that.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -29,6 +30,7 @@ from kvbench.engines.adapters.base import (
     ControlHTTP,
     EngineAdapter,
     GaugeRef,
+    TierCapacity,
     TierOperationFailed,
     TransferCounter,
 )
@@ -99,6 +101,27 @@ class LlamacppAdapter(EngineAdapter):
     )
     tokenize_styles = ("llamacpp", "vllm")
     extra_body: ClassVar[Mapping[str, Any]] = {"cache_prompt": True}
+
+    # GET /props (tools/server/server-context.cpp get_res_props): total_slots (-np) and
+    # default_generation_settings.n_ctx, the context of one slot. The RAM prompt cache's size
+    # (--cache-ram MiB, server_prompt_cache in tools/server/server-task.cpp) is not reported over
+    # HTTP: give it as `kvbench sweep --tiers G2=<MiB>MiB,kv=<KV bytes per token>`.
+    capacity_paths = ("/props",)
+
+    def tier_capacities(self, answers: Mapping[str, str]) -> list[TierCapacity]:
+        """G1: each slot keeps one prompt's KV (up to n_ctx tokens); a new prompt takes the least
+        recently used slot (server-context.cpp get_available_slot), so G1 holds total_slots prompts."""
+        try:
+            props = json.loads(answers.get("/props") or "null")
+        except ValueError:
+            return []
+        if not isinstance(props, dict):
+            return []
+        slots, n_ctx = props.get("total_slots"), (props.get("default_generation_settings") or {}).get("n_ctx")
+        if not isinstance(slots, int) or not isinstance(n_ctx, int) or slots < 1 or n_ctx < 1:
+            return []
+        source = f"adapter: llamacpp /props (total_slots={slots}, n_ctx={n_ctx} per slot)"
+        return [TierCapacity("G1", n_ctx, sequences=slots, source=source)]
 
     async def slots(self, http: ControlHTTP) -> list[int]:
         """The server's slot ids (GET /slots); [0] when it does not list them."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from kvbench.engines.adapters.base import EngineAdapter, GaugeRef, TransferCounter
+from kvbench.engines.adapters.base import EngineAdapter, GaugeRef, TierCapacity, TransferCounter
 from kvbench.engines.adapters.registry import register
 
+CACHE_INFO = "vllm:cache_config_info"
 OFFLOAD_METRICS = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py (OffloadingConnector)"
 TIERING_METRICS = "vllm/v1/kv_offload/tiering/base.py (TieringOffloadingMetrics), labels in tiering/spec.py"
 
@@ -81,3 +83,22 @@ class VllmAdapter(EngineAdapter):
         GaugeRef("vllm:kv_cache_usage_perc", "fraction", source="vllm/v1/metrics/loggers.py"),
         GaugeRef("vllm:gpu_cache_usage_perc", "fraction", source="vllm/v1/metrics/loggers.py (before v1)"),
     )
+    # vllm/v1/metrics/loggers.py log_metrics_info: a gauge of 1 whose labels are CacheConfig's
+    # fields (vllm/config/cache.py metrics_info), num_gpu_blocks and block_size among them
+    capacity_paths = ("/metrics",)
+    # vllm/v1/metrics/stats.py: prompt tokens by source; an external transfer is a KV connector's tier
+    tier_of_source: ClassVar[Mapping[str, str]] = {"local_cache_hit": "G1", "external_kv_transfer": "G2"}
+
+    def tier_capacities(self, answers: Mapping[str, str]) -> list[TierCapacity]:
+        """G1 from cache_config_info: num_gpu_blocks x block_size tokens, less the one null block
+        vllm/v1/core/block_pool.py holds back (it never caches a prompt)."""
+        for line in (answers.get("/metrics") or "").splitlines():
+            if not line.startswith(CACHE_INFO + "{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+            if blocks.isdigit() and size.isdigit() and int(blocks) > 1:
+                source = f"adapter: vllm cache_config_info (num_gpu_blocks={blocks} x block_size={size})"
+                tokens = (int(blocks) - 1) * int(size)
+                return [TierCapacity("G1", tokens, block_tokens=int(size), source=source)]
+        return []
