@@ -97,3 +97,39 @@ def test_the_idle_arm_costs_nothing_inside_g1_and_loses_beyond_it(kvbench, tmp_p
     code, _, err = kvbench(*ARGS, "--out", str(out))  # a rerun skips both arms' complete points
     assert code == 0, err
     assert all(len(list((out / "points" / p["name"]).iterdir())) == 1 for p in points)
+
+
+def test_a_throughput_run_inside_g1_leaves_offload_idle(kvbench, tmp_path):
+    """Two 2k-token prompts, twelve requests on one connection (two connections would race a
+    prompt's second request against its first one's commit): everything fits in laptop's G1 (16k
+    tokens), so arm A never reads from G2-G4, both arms' cache outcomes and modelled charges
+    agree, and the overhead's interval (twelve requests a side) holds zero."""
+    out = tmp_path / "idle"
+    args = [
+        "sweep",
+        "throughput",
+        "--mock-profile",
+        "laptop",
+        "--set",
+        "target.mock_overrides={time_scale: 0.01}",
+    ]
+    args += ["--set", "prompts.count=2", "--set", "prompts.lengths=[2000]", "--set", "load.requests=12"]
+    args += ["--over", "load.concurrency=1", "--baseline-offload-off", "--quiet", "--out", str(out)]
+    code, _, err = kvbench(*args)
+    assert code == 0, err
+    state = json.loads((out / "sweep.json").read_text())
+    a, b = state["points"]
+    label = a["metrics"]["label"]
+    cached = {}
+    for p in (a, b):
+        run_dir = out / p["run_dir"]
+        ids = {r["request_id"] for r in read_jsonl(run_dir / "requests.jsonl") if r["label"] == label}
+        truth = [t for t in read_jsonl(run_dir / "mock_ground_truth.jsonl") if t["request_id"] in ids]
+        assert len(truth) == 12
+        assert all(sum(t["bytes_from_tier"].values()) == 0 for t in truth)  # nothing onboarded
+        cached[p["arm"]] = sorted(t["cached_tokens"] for t in truth)
+    assert cached["main"] == cached["baseline"] and any(cached["main"])
+    m = b["metrics"]
+    lo, hi = m["overhead_modelled_ttft_p50_ci"]
+    assert m["overhead_modelled_ttft_p50"] == pytest.approx(0.0, abs=1e-9) and lo <= 0 <= hi
+    assert m["overhead_ttft_p50_ci"] is not None  # the measured one has an interval too (not asserted on)
