@@ -26,6 +26,8 @@ Cases (each repeated --repeats times, tools interleaved, median reported):
   ray         kvbench local and through two Ray load workers (a Ray head started once, on the
               client's core), interleaved: the ttft case (600 requests; also through one worker),
               the same with tokens 10 ms apart, and the capacity case (benchmarks/ray_bench.py)
+  workers     kvbench in one process and through 1 and 2 local worker processes (load.workers,
+              no cluster), interleaved, at 256 connections (benchmarks/local_workers_bench.py)
   kvbench only: cpu (2,000 requests), long prompts, floor, mock cross-check, prompt build, CLI start
   mock_cpu    the mock's own CPU per 120k-token request, cold and cached (benchmarks/mock_cpu.py)
 
@@ -78,6 +80,7 @@ from bench_common import (
     uvloop_available,
 )
 from bench_report import markdown, summary
+from local_workers_bench import LOCAL_WORKERS, local_sets, lw_cases, lw_markdown, lw_summary
 from mock_cpu import markdown as mock_cpu_markdown
 from mock_cpu import mock_cpu_case
 from peers import VLLMBench, run_aiohttp, vllm_python, write_tokenizer
@@ -127,10 +130,12 @@ class Bench:
         d = self._dir(f"{name}-{tool}")
         gt_path = d / "ground_truth.jsonl"
         with server("gt", self.server_cores, gt_path, **srv) as url:
-            if tool in (*KVBENCH_TOOLS, *RAY_WORKERS):
+            if tool in (*KVBENCH_TOOLS, *RAY_WORKERS, *LOCAL_WORKERS):
                 allsets = {"load.concurrency": conc, "load.requests": requests, **(sets or {})}
                 if tool in RAY_WORKERS:
                     allsets.update(ray_sets(tool))
+                if tool in LOCAL_WORKERS:
+                    allsets.update(local_sets(tool))
                 run = run_kvbench(
                     url,
                     d / "runs",
@@ -144,7 +149,8 @@ class Bench:
                 )
                 run["common"] = kvbench_rows(run)
                 run["clock_source"] = run["manifest"].get("clock_source", "user")
-                run["worker_cpu_s"] = worker_cpu_s(run["manifest"])
+                # local workers' CPU is already in the child's rusage: it reaps them (local_workers_bench)
+                run["worker_cpu_s"] = worker_cpu_s(run["manifest"]) if tool not in LOCAL_WORKERS else 0.0
             elif tool == "aiohttp":
                 run = run_aiohttp(url, requests, conc, d, self.client_cores)
                 run["common"] = run.pop("rows")
@@ -336,7 +342,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--only",
         default="",
-        help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,mock_cpu,build,cli,ray",
+        help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,mock_cpu,build,cli,ray,workers",
     )
     ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
@@ -348,6 +354,7 @@ def main() -> int:
     args = parse_args()
     every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli", "ray"}
     every.add("mock_cpu")
+    every.add("workers")  # 1 and 2 local worker processes at 256 connections (local_workers_bench.py)
     only = set(filter(None, args.only.split(","))) or every
     spawn([sys.executable, "-c", "pass"], Path(os.devnull), dict(os.environ))  # start it while small
     b = Bench(args)
@@ -441,6 +448,9 @@ def main() -> int:
                 res["ray_summary"] = ray_summary(res)
             else:
                 log("Ray rows skipped: Ray is not installed (pip install 'kvbench[ray]')")
+        if "workers" in only:
+            res.update(lw_cases(b, args.capacity_requests))
+            res["lw_summary"] = lw_summary(res)
     finally:
         if b.vllm is not None:
             b.vllm.close()
@@ -454,7 +464,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     # strict JSON (a statistic over no samples is null, never NaN) so jq and readme_table.py read it
     out.with_suffix(".json").write_text(strict_dumps(res, indent=2) + "\n")
-    md = markdown(res) + mock_cpu_markdown(res)
+    md = markdown(res) + mock_cpu_markdown(res) + lw_markdown(res)
     out.with_suffix(".md").write_text(md)
     print(md)
     return 0

@@ -4,6 +4,8 @@ It runs kvbench.load.ray_worker.LoadWorker, the Ray actor's own code, in its own
 (uvloop where installed, as the CLI does), with its own connections and kernel stamps, and
 talks to the driver over one pipe:
 
+    framing            length-prefixed pickles over the Pipe's socket pair, read and written as
+                       asyncio streams on both ends (a blocking pipe write would stall a loop)
     driver -> worker   ("call", id, method, kwargs): open, stage, begin, cancel, close, clock, where
     worker -> driver   ("reply", id, ok, value) and ("report", LoadWorker.report()): rows and
                        started ids PUSHED as they happen (coalesced per loop turn), so a row is in
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import signal
 import socket
 from typing import Any
@@ -65,19 +68,36 @@ def worker_main(conn: Any, name: str, cpu: int | None) -> None:
         runner.run(_serve(conn, name))
 
 
+async def open_pipe(conn: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """One end of a multiprocessing Pipe (a socket pair) as asyncio streams: writes never block the
+    loop (a large share, a burst of rows), reads wake it the moment a frame is in."""
+    sock = socket.socket(fileno=os.dup(conn.fileno()))
+    conn.close()
+    return await asyncio.open_connection(sock=sock, limit=1 << 20)
+
+
+def write_msg(writer: asyncio.StreamWriter, msg: tuple[Any, ...]) -> None:
+    """One frame: its length, then the pickled message (the processes run the same code)."""
+    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    writer.write(len(data).to_bytes(8, "little") + data)
+
+
+async def read_msg(reader: asyncio.StreamReader) -> tuple[Any, ...]:
+    size = int.from_bytes(await reader.readexactly(8), "little")
+    return pickle.loads(await reader.readexactly(size))  # our own child, running this same code
+
+
 async def _serve(conn: Any, name: str) -> None:
     loop = asyncio.get_running_loop()
     worker = LocalLoadWorker(name)
-    stop: asyncio.Future[None] = loop.create_future()
+    reader, writer = await open_pipe(conn)
     tasks: set[asyncio.Task[None]] = set()
+    closing = False
     pending = False
 
     def send(msg: tuple[Any, ...]) -> None:
-        try:
-            conn.send(msg)
-        except OSError:  # the driver is gone
-            if not stop.done():
-                stop.set_result(None)
+        if not writer.is_closing():  # else the driver is gone: nobody to tell
+            write_msg(writer, msg)
 
     def flush() -> None:
         nonlocal pending
@@ -91,6 +111,7 @@ async def _serve(conn: Any, name: str) -> None:
             loop.call_soon(flush)
 
     async def handle(cid: int, method: str, kwargs: dict[str, Any]) -> None:
+        nonlocal closing
         try:
             value = getattr(worker, method)(**kwargs)
             if asyncio.iscoroutine(value):
@@ -101,26 +122,23 @@ async def _serve(conn: Any, name: str) -> None:
         if method == "begin" and worker.task is not None:
             worker.task.add_done_callback(lambda _t: flush())  # the last report: done, with the rest
         send(("reply", cid, True, value))
-        if method == "close" and not stop.done():
-            stop.set_result(None)
-
-    def readable() -> None:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            if not stop.done():
-                stop.set_result(None)
-            return
-        _kind, cid, method, kwargs = msg
-        task = loop.create_task(handle(cid, method, kwargs))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        if method == "close":
+            closing = True
+            reader.feed_eof()
 
     worker.notify = notify
-    loop.add_reader(conn.fileno(), readable)
     try:
-        await stop
+        while not closing:
+            try:
+                _kind, cid, method, kwargs = await read_msg(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            task = loop.create_task(handle(cid, method, kwargs))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
     finally:
-        loop.remove_reader(conn.fileno())
         with contextlib.suppress(Exception):
             await worker.close()
+        with contextlib.suppress(Exception):
+            await writer.drain()
+            writer.close()

@@ -27,7 +27,6 @@ process's affinity set (round-robin), else the workers share the driver's cores.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import multiprocessing
 import os
@@ -47,7 +46,8 @@ START_TIMEOUT_S = 60.0  # a spawned process importing kvbench and building its c
 @dataclass
 class _Proc(WorkerBook):
     process: Any = None
-    conn: Any = None
+    writer: asyncio.StreamWriter | None = None
+    pump: asyncio.Task[None] | None = None  # reads its pipe: replies, and reports (rows written)
     pid: int | None = None
     hostname: str = ""
     cpus: list[int] = field(default_factory=list)
@@ -83,7 +83,7 @@ class LocalWorkersBackend:
             return
         ctx = multiprocessing.get_context("spawn")
         cores = sorted(os.sched_getaffinity(0))
-        from kvbench.load.local_worker_proc import worker_main
+        from kvbench.load.local_worker_proc import open_pipe, worker_main
 
         for i in range(self.workers_wanted):
             w = _Proc(name=f"load-{i}")
@@ -92,8 +92,8 @@ class LocalWorkersBackend:
             w.process = ctx.Process(target=worker_main, args=(theirs, w.name, cpu), daemon=True)
             w.process.start()
             theirs.close()  # only the child holds its end: its death reads as end of file here
-            w.conn = mine
-            asyncio.get_running_loop().add_reader(mine.fileno(), self._readable, w)
+            reader, w.writer = await open_pipe(mine)
+            w.pump = asyncio.create_task(self._pump(w, reader))
             self.workers.append(w)
         for w in self.workers:
             try:
@@ -107,12 +107,16 @@ class LocalWorkersBackend:
             await self.aclose()
             raise UsageError(f"load.workers: no local load worker process started: {first}")
 
-    def _readable(self, w: _Proc) -> None:
-        """The worker's pipe has something: every message waiting is handled now, rows written."""
+    async def _pump(self, w: _Proc, reader: asyncio.StreamReader) -> None:
+        """Every message from the worker, handled as it arrives (a report's rows written then)."""
+        from kvbench.load.local_worker_proc import read_msg
+
         try:
-            while w.conn.poll():
-                self._handle(w, w.conn.recv())
-        except (EOFError, OSError):
+            while True:
+                self._handle(w, await read_msg(reader))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        finally:
             self._gone(w)
 
     def _handle(self, w: _Proc, msg: tuple[Any, ...]) -> None:
@@ -130,8 +134,6 @@ class LocalWorkersBackend:
 
     def _gone(self, w: _Proc) -> None:
         """The process died (or closed its pipe): pending calls fail, its requests are accounted."""
-        with contextlib.suppress(Exception):
-            asyncio.get_running_loop().remove_reader(w.conn.fileno())
         for fut in w.calls.values():
             if not fut.done():
                 fut.set_exception(ConnectionError(f"{w.name} (pid {w.pid}) exited"))
@@ -148,13 +150,14 @@ class LocalWorkersBackend:
     async def _call(self, w: _Proc, method: str, timeout: float = CALL_TIMEOUT_S, **kwargs: Any) -> Any:
         cid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        from kvbench.load.local_worker_proc import write_msg
+
+        if w.writer is None or w.writer.is_closing() or w.pump is None or w.pump.done():
+            raise ConnectionError(f"{w.name} (pid {w.pid}) is gone")
         w.calls[cid] = fut
         try:
-            w.conn.send(("call", cid, method, kwargs))
-        except OSError as exc:
-            w.calls.pop(cid, None)
-            raise ConnectionError(f"{w.name} (pid {w.pid}) is gone: {exc}") from None
-        try:
+            write_msg(w.writer, ("call", cid, method, kwargs))
+            await w.writer.drain()
             return await asyncio.wait_for(fut, timeout)
         finally:
             w.calls.pop(cid, None)
@@ -269,16 +272,18 @@ class LocalWorkersBackend:
     async def aclose(self) -> None:
         """Close each worker's client and end its process (killed if it does not exit in time)."""
         live = [w for w in self.workers if w.state == "ready"]
+        for w in live:
+            w.state = "closed"  # its pipe's end of file is now expected, not a loss
         await self._each(live, "close", timeout=10.0)
         for w in self.workers:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(w.conn.fileno())
             if w.process is not None:
                 await asyncio.to_thread(w.process.join, 5.0)
                 self._kill(w)
                 await asyncio.to_thread(w.process.join, 5.0)
-            with contextlib.suppress(Exception):
-                w.conn.close()
+            if w.writer is not None:
+                w.writer.close()
+            if w.pump is not None:
+                await asyncio.wait([w.pump], timeout=5.0)
 
     def record(self) -> dict[str, Any]:
         """The run's view of the backend: each worker process's last state."""
