@@ -51,7 +51,8 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
     extra = [over_time] if over_time is not None else []
     from kvbench.report.slo_section import slo_section
 
-    extra += [s for s in [slo_section(run_dir)] if s is not None]  # the scenario's slo: attainment, goodput
+    slo = slo_section(run_dir)  # the scenario's slo: attainment and goodput per phase
+    extra += [slo] if slo is not None else []
     summary = summary.model_copy(
         update={"plots": [p.name for p in images + [i for s in extra for i in s.images]]}
     )
@@ -66,6 +67,10 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
         print_table(key_table(summary), f"{run.run_id} ({run.status_text})", summary.banner)
     for line in console_lines(summary):  # a noisy run's three lines: effect, bottleneck, noise
         print(line)
+    if not quiet and slo is not None:
+        from kvbench.report.slo_section import slo_console_lines
+
+        print("\n".join(slo_console_lines(slo)))
     if not quiet:
         print(f"report: {html_path}")
     return html_path

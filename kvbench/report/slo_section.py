@@ -83,3 +83,11 @@ def slo_section(run_dir: Path) -> Section | None:
         "per second of the phase's time."
     )
     return Section("SLO attainment and goodput", [para], [Table(head, table)])
+
+
+def slo_console_lines(section: Section) -> list[str]:
+    """The section's rows as terminal lines: `SLO phase/label: good/n good, attainment, goodput`."""
+    return [
+        f"SLO {r[0]}/{r[1]}: {r[3]}/{r[2]} good, attainment {r[4]}, goodput {r[5]} req/s"
+        for r in section.tables[0].rows
+    ]

@@ -107,8 +107,9 @@ def test_a_runs_report_shows_attainment_against_the_scenarios_slo(monkeypatch, c
     bound = (ttfts[1] + ttfts[2]) / 2
     scn = (run_dir / "scenario.yaml").read_text().replace("1000000.0", f"{bound}")
     (run_dir / "scenario.yaml").write_text(scn)
-    code, _, err = run_cli("report", str(run_dir), "--quiet")
+    code, out, err = run_cli("report", str(run_dir))
     assert code == 0, err
+    assert "SLO cached/cached: 2/4 good, attainment 50% [" in out
     md = (run_dir / "report.md").read_text()
     section = md.split("## SLO attainment and goodput")[1].split("\n## ")[0]
     line = next(x for x in section.splitlines() if x.startswith("| cached | cached |"))
