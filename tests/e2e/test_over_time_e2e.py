@@ -4,7 +4,9 @@ llama.cpp (--metrics) and vLLM's CPU build each serve a throughput run with tele
 0.2 and telemetry.slice_s 0.5; metrics.jsonl must hold each of the engine's own counters sampled
 many times inside the phase, never falling, and `kvbench report`'s slice table must show per-slice
 prompt and cached tokens/s and a hit ratio read from those counters, adding up to what the
-requests themselves reported.
+requests themselves reported. On a machine that can host the kvbench lab (root, iproute2, tc,
+sshfs), the lab's link counters too: sampled by default, and every G4 byte the connector counts
+crossed the shaped link, never faster than its rate.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from pathlib import Path
 
 import pytest
 from engine_e2e import ROOT, Run, check_all_ok, kvbench_run, say
+from test_lab_e2e import lab  # noqa: F401  (the fixture: a lab up for this module, down after)
 
 from kvbench.engines.install import Installed
 from kvbench.engines.serve import EngineProcess, running_engine
+from kvbench.lab.config import LabState
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -130,3 +134,36 @@ def test_vllm_cpu_counters_over_time(vllm: EngineProcess, run_dir: Path) -> None
         values["vllm:prefix_cache_queries_total"][-1] - values["vllm:prefix_cache_queries_total"][0]
     )
     show(run, check_slices(run))
+
+
+def test_lab_link_counters_over_time(lab: LabState, run_dir: Path) -> None:  # noqa: F811
+    """Without --noisy the lab's throughput run is one phase: each prompt's first use saves its KV
+    to G4, every later one restores it from there, both across the shaped link."""
+    assert lab.link is not None
+    run = Run(kvbench_run("throughput-lab", lab.engines[0].url, run_dir, *OVER_TIME))
+    check_all_ok(run)
+    assert run.manifest["lab"]["link"]["host_if"] == lab.link.host_if
+    rows = [json.loads(line) for line in (run.path / "telemetry.jsonl").read_text().splitlines() if line]
+    name, link = "kvbench_lab_link_receive_bytes_total", {"device": lab.link.host_if}
+    rx = sorted(
+        (r["t_ns"], r["value"])
+        for r in rows
+        if r.get("name") == name and r["phase"] == PHASE and r["labels"] == link
+    )
+    assert len(rx) >= 4 and all(b[1] >= a[1] for a, b in itertools.pairwise(rx)), rx
+    slices, md = report_slices(run)
+    assert "lab link from storage GB/s" in md.partition("## Over time")[2]
+
+    def gb(col: str) -> float:
+        return sum(float(s[col] or 0) * float(s["slice_s"]) for s in slices if s["phase"] == PHASE)
+
+    restored, saved = gb("onboard_G4_gb_s"), gb("offload_G4_gb_s")
+    came, went = gb("lab_link_from_storage_gb_s"), gb("lab_link_to_storage_gb_s")
+    say(f"lab link over the phase: {came * 1e3:.1f} MB from storage (connector restored {restored * 1e3:.1f}"
+        f" MB), {went * 1e3:.1f} MB to storage (saved {saved * 1e3:.1f} MB)")  # fmt: skip
+    assert restored > 0 and saved > 0
+    # the link carried the G4 bytes plus sshfs/TCP framing: at least them (less a slice edge's share)
+    assert came >= 0.95 * restored and went >= 0.95 * saved, (came, restored, went, saved)
+    line_gb_s = lab.config.rate_mbit * 1e6 / 8 / 1e9
+    busiest = max(float(s["lab_link_from_storage_gb_s"] or 0) for s in slices)
+    assert busiest <= 1.15 * line_gb_s, (busiest, line_gb_s)  # tc holds: no slice beats the shaped rate
