@@ -26,7 +26,7 @@ def series(rows: list[dict[str, Any]], x_field: str, group: str | None) -> dict[
     for row in rows:
         if row.get("requests") and _num(row.get(x_field)) is not None:
             arm = " offload off" if row.get("arm") == "baseline" else ""  # arm B: its own series
-            out[(f"{group}={row[group]}" if group else "") + arm].append(row)
+            out[((f"{group}={row[group]}" if group else "") + arm).strip()].append(row)
     return {k: sorted(v, key=lambda r: _num(r[x_field]) or 0.0) for k, v in out.items()}
 
 
