@@ -49,7 +49,9 @@ class VllmAdapter(EngineAdapter):
     # (OFFLOAD_METRICS _TransferMetricName), already bytes; the CPU spec still counts the same bytes
     # in the deprecated transfer_type one, so that one is left out where the flat one is present. The
     # tiering manager's secondary tiers: read (onboard) / write (offload) bytes, label tier="1:fs".
-    # Every one appears only with --kv-transfer-config naming the OffloadingConnector.
+    # Every one appears only with --kv-transfer-config naming the OffloadingConnector (or
+    # --kv-offloading-size); vLLM's CPU build refuses both ("CPU Offloading is currently only supported
+    # on CUDA-alike and XPU GPUs", checked on 0.32), so only a GPU server shows them.
     transfer_counters: ClassVar[tuple[TransferCounter, ...]] = (
         TransferCounter("vllm:kv_offload_load_bytes_total", "onboard", "G2", source=OFFLOAD_METRICS),
         TransferCounter("vllm:kv_offload_store_bytes_total", "offload", "G2", source=OFFLOAD_METRICS),
