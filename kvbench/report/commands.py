@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         from kvbench.report.sweep import is_sweep_dir, write_sweep_report
 
         if is_sweep_dir(run_dir):  # a sweep directory: its summary, from sweep.json
-            write_sweep_report(run_dir, quiet=quiet)
+            write_sweep_report(run_dir, quiet=quiet, redraw=True)
             return
         from kvbench.report.render import write_report
 

@@ -9,12 +9,17 @@ never imports the sweep package.
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kvbench.errors import UsageError
 
 SWEEP_JSON = "sweep.json"
+# The plots are drawn by kvbench.sweep (a layer above this one): its CLI registration adds its
+# writer here, so `kvbench report SWEEP_DIR` redraws them while this module never imports it.
+PLOT_WRITERS: list[Callable[[Path, dict[str, Any]], None]] = []
 SUMMARY_MD = "summary.md"
 PLOTS = ("sweep_latency.png", "sweep_goodput.png", "sweep_attainment.png", "sweep_cliff.png")
 
@@ -137,12 +142,14 @@ def cliff_markdown(cliff: dict[str, Any] | None) -> list[str]:
     if not cliff["table"]:
         return out
     out.append(
-        "| boundary | predicted (tokens) | last served at or above | first served below | within one step |"
+        "| boundary | predicted (tokens) | size from | last served at or above | first served below "
+        "| within one step |"
     )
-    out.append("|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|")
     for r in cliff["table"]:
         out.append(
-            f"| {r['tier']} -> {r['next_tier']} | {r['tokens']:,} | {_cell(r['observed_last_inside'])} "
+            f"| {r['tier']} -> {r['next_tier']} | {r['tokens']:,} | {r.get('source') or '-'} "
+            f"| {_cell(r['observed_last_inside'])} "
             f"| {_cell(r['observed_first_beyond'])} | {'yes' if r['within_one_step'] else 'no'} |"
         )
     return out
@@ -210,11 +217,16 @@ def write_table_files(path: Path, state: dict[str, Any]) -> list[Path]:
     return written
 
 
-def write_sweep_report(path: Path, quiet: bool = False) -> Path:
-    """summary.csv/.parquet and summary.md (with links to the plots present) from sweep.json;
-    prints the Markdown unless quiet."""
+def write_sweep_report(path: Path, quiet: bool = False, redraw: bool = False) -> Path:
+    """summary.csv/.parquet and summary.md (with links to the plots present) from sweep.json,
+    and with `redraw` the plots again; prints the Markdown unless quiet."""
     state = read_sweep(path)
     write_table_files(path, state)
+    for draw in PLOT_WRITERS if redraw else []:
+        try:
+            draw(path, state)
+        except ValueError as exc:  # a sweep.json this kvbench's model no longer reads: keep the PNGs there
+            print(f"report: plots not redrawn ({str(exc).splitlines()[0]})", file=sys.stderr)
     text = sweep_markdown(state)
     plots = [p for p in PLOTS if (path / p).exists()]
     if plots:

@@ -213,5 +213,17 @@ def default_dir(scenario: str) -> Path:
     return Path("results") / f"sweep-{stamp}-{name}"
 
 
+def redraw_plots(sweep_dir: Path, data: dict[str, object]) -> None:
+    """`kvbench report SWEEP_DIR`'s plots: the same writer as the sweep's own."""
+    from kvbench.sweep.plots import write_plots
+    from kvbench.sweep.state import SweepState
+
+    write_plots(sweep_dir, SweepState.model_validate(data))
+
+
 def register(app: typer.Typer) -> None:
+    from kvbench.report.sweep import PLOT_WRITERS
+
+    if redraw_plots not in PLOT_WRITERS:  # the report layer redraws a sweep's plots without importing it
+        PLOT_WRITERS.append(redraw_plots)
     app.command("sweep", help=SWEEP_HELP)(sweep_cmd)

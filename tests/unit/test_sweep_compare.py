@@ -108,7 +108,7 @@ def test_a_sweep_compares_with_a_sweep_only(tmp_path, monkeypatch, capsys):
     assert code == 2 and "two at a time" in err
 
 
-def test_report_on_a_sweep_rewrites_its_table_from_sweep_json(tmp_path, monkeypatch, capsys):
+def test_report_on_a_sweep_rewrites_its_table_and_plots_from_sweep_json(tmp_path, monkeypatch, capsys):
     import csv
 
     a = write_sweep(tmp_path / "a", "load.concurrency", ["1", "2"], scale=10.0, baseline=True)
@@ -122,3 +122,6 @@ def test_report_on_a_sweep_rewrites_its_table_from_sweep_json(tmp_path, monkeypa
     ]  # fmt: skip
     assert float(rows[3]["throughput_rps"]) == 20.0
     assert "## Offload on (A) vs off (B)" in out and "G2-G4 not caching" in out
+    # the plots are redrawn from sweep.json too: one series per arm
+    assert (a / "sweep_latency.png").stat().st_size > 10_000
+    assert (a / "sweep_attainment.png").stat().st_size > 10_000
