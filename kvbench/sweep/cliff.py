@@ -129,6 +129,8 @@ def predicted_boundaries(
         if tokens is not None:
             sized[cap.tier] = (tokens, cap.source)
             notes.append(cap.source)
+        else:
+            notes.append(f"{cap.source} left out: bytes need kv=BYTES_PER_TOKEN in --tiers")
     serving: list[tuple[str, int, str]] = []
     for tier in TIERS:
         if tier in sized and (not serving or sized[tier][0] > serving[-1][1]):

@@ -5,7 +5,8 @@ working-set tokens each size implies.
 `--tiers G1=SIZE,G2=SIZE,...,kv=PER_TOKEN`. A SIZE with a byte unit (it ends in B: 4096B, 64MiB,
 2GB) is bytes; `Nslots` is N whole sequences, one prompt each (llama.cpp's -np); anything else is
 tokens, as in --over working_set (16k, 16Ki, 20000). Bytes become tokens through `kv=`: the KV bytes
-one token takes (4KiB), or a model it is computed from (a preset name or a config.json path).
+one token takes (4KiB), or a model it is computed from (a preset name or a config.json path); the
+embedded mock's profile gives its own.
 
 A tier holds whole prompts with their generated tokens, in its own blocks: a prompt of P tokens
 that generates g takes ceil((P + g) / block) blocks, so a tier of T tokens keeps
@@ -55,7 +56,10 @@ def _kv_per_token(text: str) -> tuple[float, str]:
         return value, f"kv={text} per token"
     from kvbench.model.geometry import resolve_geometry
 
-    geo = resolve_geometry(text)
+    try:
+        geo = resolve_geometry(text)
+    except UsageError as exc:
+        raise UsageError(f"{FLAG} kv={text}: not a size in bytes (4KiB) and {exc.lines()[0]}") from None
     return geo.bytes_per_token(), f"kv from {geo.name}: {geo.bytes_per_token():,.0f} B per token"
 
 
@@ -95,8 +99,6 @@ def parse_tiers(text: str | None) -> TierSpec:
             caps[key.upper()] = parse_capacity(key.upper(), value)
         else:
             raise UsageError(f"{FLAG} {item}: {key} is not a tier ({', '.join(TIER_NAMES)}) or kv")
-    if any(c.bytes is not None for c in caps.values()) and kv is None:
-        raise UsageError(f"{FLAG} {text}: a size in bytes needs kv=BYTES_PER_TOKEN (e.g. kv=4KiB)")
     ordered = tuple(caps[t] for t in TIER_NAMES if t in caps)
     return TierSpec(ordered, kv[0] if kv else None, kv[1] if kv else "")
 

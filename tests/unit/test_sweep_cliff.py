@@ -94,8 +94,8 @@ def test_tiers_read_bytes_tokens_and_slots():
     assert spec.kv_bytes_per_token == 4096 and caps["G2"].source == "--tiers G2=16MiB"
     geo = parse_tiers("G1=1GiB,kv=llama-3.1-8b")
     assert geo.kv_bytes_per_token == PRESETS["llama-3.1-8b"].bytes_per_token(False)
-    for bad, words in (("G1=64MiB", "needs kv="), ("G9=1k", "not a tier"), ("G1", "TIER=SIZE"),
-                       ("G1=lots", "expected bytes")):  # fmt: skip
+    for bad, words in (("G9=1k", "not a tier"), ("G1", "TIER=SIZE"), ("G1=lots", "expected bytes"),
+                       ("G1=1k,kv=lots", "preset")):  # fmt: skip
         with pytest.raises(UsageError, match=words):
             parse_tiers(bad)
 
@@ -142,6 +142,8 @@ def test_tiers_win_over_the_server_and_the_mock_profile():
     assert [(b.tier, b.tokens, b.next_tier) for b in bounds] == [("G1", 512, "G2"), ("G2", 2048, "recompute")]
     assert "adapter: llamacpp /props" in source and "--tiers G2=9MiB" in source
     assert predicted_boundaries(scn)[0] == [] and "give --tiers" in predicted_boundaries(scn)[1]
+    unsized, why = predicted_boundaries(scn, parse_tiers("G1=64MiB"))  # a server's bytes, no KV size
+    assert unsized == [] and "need kv=" in why
     mock = {"target.mock_profile": Raw("laptop"), "prompts.lengths": Raw("[4000]")}
     scn, _ = load_scenario("ttft", mock)
     bounds, source = predicted_boundaries(scn, parse_tiers("G1=8100"))  # two 4000 + 16-token prompts
