@@ -13,7 +13,10 @@ what this measures here is what the multi-process path costs, not how it scales 
 core per worker, see README "Load from several local processes").
 
 CPU per request: the kvbench child's rusage (wait4) holds its worker processes' CPU too (it reaps
-them at the end of the run), less the same command doing 1 request (start-up, the K spawns).
+them at the end of the run), less the same command doing 1 request (start-up, the K spawns); the
+workers' share is what they report over the phase (`phases[].load_backend.workers[].cpu_s`), the
+rest is the driver's: taking rows in and writing them. 1 / the driver's CPU per row is how many
+rows per second one driver can take in, whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ def lw_summary(res: dict[str, Any]) -> dict[str, Any]:
     if cap:
         local = cap["kvbench"]["median"]["req_s"]
         out["capacity_ratio"] = {t: cap[t]["median"]["req_s"] / local for t in LOCAL_WORKERS if t in cap}
+        driver = cap.get("kvbench_lw2", {}).get("median", {}).get("driver_cpu_ms_per_request")
+        if driver:
+            out["driver_rows_per_s_ceiling"] = 1e3 / driver
     return out
 
 
@@ -88,12 +94,24 @@ def lw_markdown(res: dict[str, Any]) -> str:
         cmed = {t: cap[t]["median"] for t in med}
         cells += [
             ("capacity: completed req/s (0 ms server)", *(f"{cmed[t]['req_s']:,.0f}" for t in cmed), "", ""),
-            ("client CPU per request, ms (0 ms server; driver + workers)",
-             *(f"{cmed[t]['cpu_ms_per_request']:.3f}" for t in cmed), "", ""),
+            ("client CPU per request, ms (0 ms server; workers: driver + workers)",
+             *(_cpu(cmed[t]) for t in cmed), "", ""),
             ("TTFT error mean / p99 at capacity, ms", *(_pair(cmed[t]) for t in cmed), "", ""),
         ]  # fmt: skip
     lines += ["| " + " | ".join(c) + " |" for c in cells]
+    if s.get("driver_rows_per_s_ceiling"):
+        lines.append(
+            f"| driver (2 workers): rows/s it can take in (1 / its CPU per row) | - | - | "
+            f"{s['driver_rows_per_s_ceiling']:,.0f} |  |  |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _cpu(m: dict[str, Any]) -> str:
+    if "driver_cpu_ms_per_request" not in m:
+        return f"{m['cpu_ms_per_request']:.3f}"
+    total, driver = m["cpu_ms_per_request"], m["driver_cpu_ms_per_request"]
+    return f"{total:.3f} ({driver:.3f} + {m['worker_cpu_ms_per_request']:.3f})"
 
 
 def _pair(m: dict[str, Any]) -> str:

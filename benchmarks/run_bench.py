@@ -28,6 +28,8 @@ Cases (each repeated --repeats times, tools interleaved, median reported):
               the same with tokens 10 ms apart, and the capacity case (benchmarks/ray_bench.py)
   workers     kvbench in one process and through 1 and 2 local worker processes (load.workers,
               no cluster), interleaved, at 256 connections (benchmarks/local_workers_bench.py)
+  scraper     kvbench without and with the server's /metrics sampled every 0.1 s during the phase,
+              interleaved, 28 connections, 50 ms server (benchmarks/scraper_overhead.py)
   kvbench only: cpu (2,000 requests), long prompts, floor, mock cross-check, prompt build, CLI start
   mock_cpu    the mock's own CPU per 120k-token request, cold and cached (benchmarks/mock_cpu.py)
 
@@ -94,6 +96,7 @@ from ray_bench import (
     ray_summary,
     worker_cpu_s,
 )
+from scraper_overhead import SCRAPER_TOOLS, scraper_case, scraper_markdown, scraper_sets, scraper_summary
 
 from kvbench.strict_json import dumps as strict_dumps
 
@@ -130,12 +133,14 @@ class Bench:
         d = self._dir(f"{name}-{tool}")
         gt_path = d / "ground_truth.jsonl"
         with server("gt", self.server_cores, gt_path, **srv) as url:
-            if tool in (*KVBENCH_TOOLS, *RAY_WORKERS, *LOCAL_WORKERS):
+            if tool in (*KVBENCH_TOOLS, *RAY_WORKERS, *LOCAL_WORKERS, *SCRAPER_TOOLS):
                 allsets = {"load.concurrency": conc, "load.requests": requests, **(sets or {})}
                 if tool in RAY_WORKERS:
                     allsets.update(ray_sets(tool))
                 if tool in LOCAL_WORKERS:
                     allsets.update(local_sets(tool))
+                if tool in SCRAPER_TOOLS:
+                    allsets.update(scraper_sets(tool))
                 run = run_kvbench(
                     url,
                     d / "runs",
@@ -149,8 +154,7 @@ class Bench:
                 )
                 run["common"] = kvbench_rows(run)
                 run["clock_source"] = run["manifest"].get("clock_source", "user")
-                # local workers' CPU is already in the child's rusage: it reaps them (local_workers_bench)
-                run["worker_cpu_s"] = worker_cpu_s(run["manifest"]) if tool not in LOCAL_WORKERS else 0.0
+                run["worker_cpu_s"] = worker_cpu_s(run["manifest"])
             elif tool == "aiohttp":
                 run = run_aiohttp(url, requests, conc, d, self.client_cores)
                 run["common"] = run.pop("rows")
@@ -170,6 +174,8 @@ class Bench:
         if tool == "vllm":
             return float(run["cpu_s"]) / max(n, 1) * 1e3
         driver = (run["cpu_s"] - self.base[tool]["cpu_s"]) / max(n - 1, 1) * 1e3
+        if tool in LOCAL_WORKERS:  # its rusage holds its workers' CPU: it reaps them (local_workers_bench)
+            return driver
         return driver + run.get("worker_cpu_s", 0.0) / max(n, 1) * 1e3
 
     def baselines(self) -> None:
@@ -196,7 +202,7 @@ class Bench:
                 res["cpu_ms_per_request"] = self.cpu_per_request(tool, run, requests)
                 res["peak_rss_mb"] = run["maxrss_mb"]
                 res["clock_source"] = run.get("clock_source", "user")
-                if tool in RAY_WORKERS:
+                if tool in RAY_WORKERS or tool in LOCAL_WORKERS:
                     workers = run["worker_cpu_s"] / max(requests, 1) * 1e3
                     res["worker_cpu_ms_per_request"] = workers
                     res["driver_cpu_ms_per_request"] = res["cpu_ms_per_request"] - workers
@@ -342,7 +348,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--only",
         default="",
-        help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,mock_cpu,build,cli,ray,workers",
+        help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,mock_cpu,build,cli,ray,workers,"
+        "scraper",
     )
     ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
@@ -355,6 +362,7 @@ def main() -> int:
     every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli", "ray"}
     every.add("mock_cpu")
     every.add("workers")  # 1 and 2 local worker processes at 256 connections (local_workers_bench.py)
+    every.add("scraper")  # /metrics sampled at 0.1 s vs not, interleaved (scraper_overhead.py)
     only = set(filter(None, args.only.split(","))) or every
     spawn([sys.executable, "-c", "pass"], Path(os.devnull), dict(os.environ))  # start it while small
     b = Bench(args)
@@ -451,6 +459,9 @@ def main() -> int:
         if "workers" in only:
             res.update(lw_cases(b, args.capacity_requests))
             res["lw_summary"] = lw_summary(res)
+        if "scraper" in only:
+            res.update(scraper_case(b))
+            res["scraper_summary"] = scraper_summary(res)
     finally:
         if b.vllm is not None:
             b.vllm.close()
@@ -464,7 +475,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     # strict JSON (a statistic over no samples is null, never NaN) so jq and readme_table.py read it
     out.with_suffix(".json").write_text(strict_dumps(res, indent=2) + "\n")
-    md = markdown(res) + mock_cpu_markdown(res) + lw_markdown(res)
+    md = markdown(res) + mock_cpu_markdown(res) + lw_markdown(res) + scraper_markdown(res)
     out.with_suffix(".md").write_text(md)
     print(md)
     return 0
