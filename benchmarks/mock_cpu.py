@@ -146,7 +146,10 @@ def instructions(n: int, tokens: int, seed: int = 0, max_tokens: int = 16) -> di
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p"]
         cmd += [sys.executable, "-m", "kvbench.mock", "serve", "--profile", "ci", "--port", "0"]
         cmd += ["--announce", "--exit-on-stdin-eof", "--set", "time_scale=0.001"]
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        # cwd: this checkout's kvbench, as measure() runs it (not whichever one is installed)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT
+        )
         try:
             assert proc.stdout is not None
             info = json.loads(proc.stdout.readline())
