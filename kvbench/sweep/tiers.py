@@ -8,9 +8,16 @@ tokens, as in --over working_set (16k, 16Ki, 20000). Bytes become tokens through
 one token takes (4KiB), or a model it is computed from (a preset name or a config.json path); the
 embedded mock's profile gives its own.
 
-A tier holds whole prompts with their generated tokens, in its own blocks: a prompt of P tokens
-that generates g takes ceil((P + g) / block) blocks, so a tier of T tokens keeps
-floor(T / that) prompts and its boundary is that many prompts x P tokens of working set.
+A tier holds whole prompts with their generated tokens: a prompt of P tokens that generates g
+keeps P + g tokens (llama.cpp's saved slot state), so a tier of T tokens keeps floor(T / (P + g))
+prompts, and its boundary is that many prompts x P tokens of working set. A tier that pages in
+blocks (vLLM) keeps only a prompt's full blocks, floor((P + g - 1) / block) (the last token's KV
+is never computed): its partial tail block goes back to the FRONT of the free queue and is the
+next request's first (vllm/v1/core/block_pool.py free_blocks: LIFO reuse of uncached blocks), so
+one block is always in flight. The oldest prompt loses its tail blocks first, and its warm
+request needs only floor((P - 1) / block) of them (the last prompt token is always computed), so
+n prompts are kept whole while (n - 1) x full + needed + 1 <= T / block. Past that, a partial
+hit, then none.
 """
 
 from __future__ import annotations
@@ -128,8 +135,11 @@ def boundary_tokens(
     if tokens is None:
         return None
     block = max(1, cap.block_tokens)
-    blocks_each = -(-footprint // block)
-    return int(tokens // block // blocks_each) * prompt_tokens
+    if block == 1:
+        return int(tokens // footprint) * prompt_tokens
+    full, needed = max(1, (footprint - 1) // block), (prompt_tokens - 1) // block
+    spare = int(tokens // block) - 1 - needed  # blocks left for the other prompts' full blocks
+    return (spare // full + 1) * prompt_tokens if spare >= 0 else 0
 
 
 def fetch_answers(base_url: str, paths: tuple[str, ...], headers: Mapping[str, str]) -> dict[str, str]:

@@ -25,8 +25,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PROMPT = 512
 OUTPUT = 4
-SMALL = ["--set", f"prompts.lengths=[{PROMPT}]", "--set", f"output.max_tokens={OUTPUT}"]
-SMALL += ["--set", "test.warm_repeats=1"]
 
 
 def kv_bytes_per_token(engine: str) -> int:
@@ -35,8 +33,12 @@ def kv_bytes_per_token(engine: str) -> int:
     return 2 * spec.layers * spec.kv_heads * (spec.width // spec.heads) * 2
 
 
-def kvbench_sweep(scenario: str, base_url: str, out: Path, *extra: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "kvbench", "sweep", scenario, "--base-url", base_url, *SMALL,
+def kvbench_sweep(scenario: str, base_url: str, out: Path, prompt: int, *extra: str) -> dict[str, Any]:
+    """`kvbench sweep SCENARIO --over working_set=...` over whole prompts of `prompt` tokens."""
+    points = ",".join(str(prompt * k) for k in range(1, 7))
+    small = ["--set", f"prompts.lengths=[{prompt}]", "--set", f"output.max_tokens={OUTPUT}"]
+    small += ["--set", "test.warm_repeats=1", "--over", f"working_set={points}"]
+    cmd = [sys.executable, "-m", "kvbench", "sweep", scenario, "--base-url", base_url, *small,
            *extra, "--quiet", "--out", str(out)]  # fmt: skip
     say("$ kvbench " + " ".join(cmd[3:]))
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -62,11 +64,8 @@ def test_llamacpp_cliff_at_its_ram_prompt_cache_size(llamacpp_installed: Install
     cache_mib, kv = 9, kv_bytes_per_token("llamacpp")
     fits = cache_mib * 2**20 // ((PROMPT + OUTPUT) * kv)
     with running_engine("llamacpp", slots=1, ctx=2048, cache_ram_mib=cache_mib, progress=say) as eng:
-        points = ",".join(str(PROMPT * k) for k in range(1, 7))
-        state = kvbench_sweep(
-            "ttft-llamacpp-ram", eng.base_url, tmp_path / "cliff", "--over", f"working_set={points}",
-            "--tiers", f"G2={cache_mib}MiB,kv={kv}B",
-        )  # fmt: skip
+        tiers = f"G2={cache_mib}MiB,kv={kv}B"
+        state = kvbench_sweep("ttft-llamacpp-ram", eng.base_url, tmp_path / "cliff", PROMPT, "--tiers", tiers)
     cliff = state["cliff"]
     assert [(b["tier"], b["tokens"]) for b in cliff["boundaries"]] == [("G1", PROMPT), ("G2", fits * PROMPT)]
     assert "adapter: llamacpp /props" in cliff["source"] and "--tiers G2=9MiB" in cliff["source"]
@@ -93,16 +92,16 @@ def vllm_small(vllm_installed: Installed) -> Iterator[EngineProcess]:
 
 
 def test_vllm_cpu_cliff_at_its_kv_cache_size(vllm_small: EngineProcess, tmp_path: Path) -> None:
-    """G1's size comes from the server (cache_config_info): a 512 + 4-token prompt takes 5 blocks,
-    15 usable blocks keep 3 prompts, the fourth distinct one evicts the warm prompt."""
-    points = ",".join(str(PROMPT * k) for k in range(1, 6))
-    state = kvbench_sweep(
-        "ttft-vllm-cpu", vllm_small.base_url, tmp_path / "cliff", "--over", f"working_set={points}"
-    )
+    """G1's size comes from the server (cache_config_info). A 384 + 4-token prompt spans 4 blocks but
+    keeps 3 full ones (its partial tail block is the next request's), and its warm request needs
+    2 (the last prompt token is always computed): of 15 usable blocks, one in flight, 4 x 3 + 2 + 1
+    = 15 keep FIVE prompts whole, where 15 blocks // 4 per prompt would say three."""
+    prompt = 384
+    state = kvbench_sweep("ttft-vllm-cpu", vllm_small.base_url, tmp_path / "cliff", prompt)
     cliff = state["cliff"]
     assert "adapter: vllm cache_config_info (num_gpu_blocks=16 x block_size=128)" in cliff["source"]
     [boundary] = cliff["boundaries"]
-    assert (boundary["tier"], boundary["tokens"]) == ("G1", 15 // 5 * PROMPT)
+    assert (boundary["tier"], boundary["tokens"]) == ("G1", 5 * prompt)
     tiers = [tier for _, tier in served(state)]
     assert tiers[0] == "G1" and tiers[-1] == "recompute", served(state)  # hits credited to local_cache_hit
     [row] = cliff["table"]

@@ -106,8 +106,13 @@ def test_a_tier_holds_whole_prompts_with_their_output_in_its_blocks():
 
     # 9 MiB of 4 KiB tokens is 2304 tokens: four 512 + 4-token prompts (a fifth would need 2580)
     assert boundary_tokens(TierCapacity("G2", bytes=9 * 2**20), 512, 4, 4096) == 4 * 512
-    # 15 blocks of 128: a 516-token prompt takes 5 blocks, so 3 prompts fit (not 1920 / 516 = 3.7)
-    assert boundary_tokens(TierCapacity("G1", 1920, block_tokens=128), 512, 4, None) == 3 * 512
+    # 15 blocks of 128, one always in flight: a 512 + 4-token prompt keeps its 4 full blocks
+    # (515 tokens of KV) and its warm request needs 3 (511 // 128): 2 x 4 + 3 + 1 <= 15 < 3 x 4 + 4
+    vllm = TierCapacity("G1", 1920, block_tokens=128)
+    assert boundary_tokens(vllm, 512, 4, None) == 3 * 512
+    # 384 + 4 tokens: 3 full blocks kept, 2 needed: 4 x 3 + 2 + 1 = 15, five prompts (not 15 // 4)
+    assert boundary_tokens(vllm, 384, 4, None) == 5 * 384
+    assert boundary_tokens(TierCapacity("G1", 256, block_tokens=128), 512, 4, None) == 0
     assert boundary_tokens(TierCapacity("G1", 2048, sequences=2), 512, 4, None) == 1024
     assert boundary_tokens(TierCapacity("G1", 256, sequences=2), 512, 4, None) == 0  # longer than a slot
     assert boundary_tokens(TierCapacity("G2", bytes=1e9), 512, 4, None) is None  # bytes, no KV size
