@@ -23,9 +23,9 @@ in [ttft_ms, ttft_ms_max] per request); the rest `decode_ms` apart. Records are 
 memory and written as JSONL to --ground-truth when the server stops (SIGTERM, SIGINT or
 stdin EOF), so no file I/O runs while it serves.
 
-Endpoints: GET /v1/models, GET /version, POST /tokenize (whitespace words, the same
-count the kvbench prompts assume), POST /v1/completions (streaming, chunked, with a
-usage chunk and [DONE]); anything else 404.
+Endpoints: GET /v1/models, GET /version, GET /metrics (three counters), POST /tokenize
+(whitespace words, the same count the kvbench prompts assume), POST /v1/completions (streaming,
+chunked, with a usage chunk and [DONE]); anything else 404.
 
     python benchmarks/gt_server.py --port 0 --ttft-ms 50 --decode-ms 1 --ground-truth gt.jsonl --announce
 """
@@ -80,6 +80,24 @@ def _json_response(status: int, obj: Any, keep_alive: bool) -> bytes:
     return b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b" % (
         status,
         reason,
+        len(body),
+        b"" if keep_alive else b"Connection: close\r\n",
+        body,
+    )
+
+
+def _metrics_response(state: State, keep_alive: bool) -> bytes:
+    """A few Prometheus counters, about the size of a small engine's exposition."""
+    lines = [
+        "# TYPE gt_requests_total counter",
+        f"gt_requests_total {len(state.records)}",
+        "# TYPE gt_requests_running gauge",
+        f"gt_requests_running {state.in_flight}",
+        "# TYPE gt_connections_total counter",
+        f"gt_connections_total {state.conns}",
+    ]
+    body = ("\n".join(lines) + "\n").encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n%b\r\n%b" % (
         len(body),
         b"" if keep_alive else b"Connection: close\r\n",
         body,
@@ -160,6 +178,8 @@ class GTProtocol(asyncio.Protocol):
         if method == b"GET" and path == b"/v1/models":
             card = {"id": MODEL, "object": "model", "owned_by": "kvbench-bench", "max_model_len": 1_000_000}
             self.transport.write(_json_response(200, {"object": "list", "data": [card]}, keep))
+        elif method == b"GET" and path == b"/metrics":  # for the scraper-overhead row (scraper_overhead.py)
+            self.transport.write(_metrics_response(self.state, keep))
         elif method == b"GET" and path == b"/version":
             self.transport.write(_json_response(200, {"version": "kvbench-bench-gt 1"}, keep))
         elif method == b"POST" and path == b"/tokenize":
