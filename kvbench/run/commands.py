@@ -67,6 +67,19 @@ def build_overrides(**flags: Any) -> dict[str, Any]:
     return out
 
 
+# --serve-metrics (kvbench.telemetry.serve_metrics); out here to keep run_cmd short
+ServeMetricsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Serve kvbench's own progress as Prometheus metrics on PORT while it runs (0: a free port, "
+        'printed); names in README "Watching a run".',
+        min=0,
+        max=65535,
+    ),
+]
+ServeHostOpt = Annotated[str, typer.Option(help="With --serve-metrics: the address to listen on.")]
+
+
 def run_cmd(
     scenario: Annotated[str, typer.Argument(help="Scenario name (ttft, throughput, ...) or YAML path.")],
     base_url: Annotated[str | None, typer.Option(help="Server root URL; absent = the embedded mock.")] = None,
@@ -130,6 +143,8 @@ def run_cmd(
             "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
         ),
     ] = None,
+    serve_metrics: ServeMetricsOpt = None,
+    serve_metrics_host: ServeHostOpt = "127.0.0.1",
 ) -> None:
     from kvbench.scenario import load_scenario, parse_cluster_flag
 
@@ -158,13 +173,9 @@ def run_cmd(
     if cluster is not None:
         overrides.update(parse_cluster_flag(cluster))
     scn, _ = load_scenario(scenario, overrides)
-    code = execute(
-        scn,
-        output_dir=output_dir,
-        quiet=quiet,
-        allow_unverified_cold=allow_unverified_cold,
-        report=not no_report,
-    )
+    flags: dict[str, Any] = {"output_dir": output_dir, "quiet": quiet, "report": not no_report}
+    serve = None if serve_metrics is None else (serve_metrics_host, serve_metrics)
+    code = execute(scn, **flags, allow_unverified_cold=allow_unverified_cold, serve_metrics=serve)
     raise typer.Exit(code)
 
 
@@ -202,13 +213,41 @@ def register(app: typer.Typer) -> None:
     app.command("export")(export_cmd)
 
 
-def execute(scn: Any, *, output_dir: Path, quiet: bool, allow_unverified_cold: bool, report: bool) -> int:
+def execute(
+    scn: Any,
+    *,
+    output_dir: Path,
+    quiet: bool,
+    allow_unverified_cold: bool,
+    report: bool,
+    serve_metrics: tuple[str, int] | None = None,
+) -> int:
+    import contextlib
+
+    opts_metrics = None
+    with contextlib.ExitStack() as stack:
+        if serve_metrics is not None:  # up through the report too: a scrape after the last row sees it
+            from kvbench.telemetry.serve_metrics import RunMetrics
+
+            opts_metrics = RunMetrics()
+            url = stack.enter_context(opts_metrics.serve(*serve_metrics))
+            print(f"kvbench: metrics at {url}", file=sys.stderr, flush=True)
+        return _execute(scn, output_dir, quiet, allow_unverified_cold, report, opts_metrics)
+
+
+def _execute(
+    scn: Any, output_dir: Path, quiet: bool, allow_unverified_cold: bool, report: bool, metrics: Any
+) -> int:
     import asyncio
 
     from kvbench.run.runner import RunOptions, RunOutcome, run_scenario
 
     opts = RunOptions(
-        output_dir=output_dir, quiet=quiet, allow_unverified_cold=allow_unverified_cold, report=report
+        output_dir=output_dir,
+        quiet=quiet,
+        allow_unverified_cold=allow_unverified_cold,
+        report=report,
+        metrics=metrics,
     )
     try:
         import uvloop

@@ -39,6 +39,7 @@ class RunOptions:
     mock_persist_dir: Path | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
     load_backend: str = "local"  # where phase workers run (kvbench.load.backends.BACKENDS)
+    metrics: Any = None  # --serve-metrics: a kvbench.telemetry.serve_metrics.RunMetrics, fed per row
 
 
 class Run:
@@ -57,7 +58,7 @@ class Run:
     ) -> None:
         self.scn, self.opts, self.rd, self.target = scn, opts, rd, target
         self.http, self.client, self.adapter, self.origin_ns = http, client, adapter, origin_ns
-        self.progress = Progress(quiet=opts.quiet)
+        self.progress = Progress(quiet=opts.quiet, metrics=opts.metrics)
         self.salt_rng = np.random.default_rng()  # unseeded on purpose: a salt must never repeat across runs
         engine = Scraper(
             http,
@@ -137,6 +138,7 @@ class Run:
             rec.fail(CLIENT_LIMIT, client_limit_message(rec.error_message or ""))
         self.rd.requests.write({**rec.to_row(), **extra} if extra else rec.to_row())
         self.records.append(rec)
+        self.progress.row(rec)
         if not rec.ok:
             self.error_counts[rec.error_type or "unknown"] += 1
             if len(self.error_counts) == 1 and sum(self.error_counts.values()) == 1:

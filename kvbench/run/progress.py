@@ -1,96 +1,119 @@
-"""Progress for long runs: a rich bar on a terminal, plain log lines elsewhere or with --quiet.
+"""Progress for long runs: a rich live panel on a terminal, plain log lines elsewhere or with --quiet,
+and (with --serve-metrics) the same figures as Prometheus metrics.
 
-Updated once per finished request, never per chunk: rendering must not cost
-the load generator time on the hot path (rich redraws on its own timer).
+Updated once per finished request and once per written row, never per chunk: a few counter
+additions (kvbench.run.live). The panel is redrawn by rich on its own timer at 4 Hz from those
+counters, so rendering never runs on a timed request's path; a plain line is due every 5 s.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kvbench.run.live import PhaseStats, panel, plain_line
+
+if TYPE_CHECKING:
+    from kvbench.client import RequestRecord
+    from kvbench.telemetry.serve_metrics import RunMetrics
+
+PLAIN_EVERY_S = 5.0
 
 
 class Progress:
-    def __init__(self, quiet: bool = False, plain: bool | None = None) -> None:
+    def __init__(
+        self, quiet: bool = False, plain: bool | None = None, metrics: RunMetrics | None = None
+    ) -> None:
         self.quiet = quiet
         self.plain = (not sys.stderr.isatty()) if plain is None else plain
-        self._rich: Any = None
-        self._task: Any = None
-        self.phase = ""
-        self.total = 0
-        self.done = 0
-        self.errors = 0
-        self.in_flight = 0
-        self._t0 = 0.0
+        self.metrics = metrics
+        self._live: Any = None
+        self.stats = PhaseStats()
         self._last_log = 0.0
+
+    # the counters other modules read (the sweep's and the tests'): the current phase's
+    @property
+    def phase(self) -> str:
+        return self.stats.phase
+
+    @property
+    def total(self) -> int:
+        return self.stats.total
+
+    @property
+    def done(self) -> int:
+        return self.stats.done
+
+    @property
+    def errors(self) -> int:
+        return self.stats.errors
+
+    @property
+    def in_flight(self) -> int:
+        return self.stats.in_flight
 
     def log(self, message: str) -> None:
         if self.quiet:
             return
-        if self._rich is not None:
-            self._rich.console.print(message, highlight=False, markup=False)
+        if self._live is not None:
+            self._live.console.print(message, highlight=False, markup=False)
         else:
             print(message, file=sys.stderr, flush=True)
 
     def start_phase(self, phase: str, total: int) -> None:
-        self.phase, self.total, self.done, self.errors, self.in_flight = phase, total, 0, 0, 0
-        self._t0 = self._last_log = time.monotonic()
+        in_flight = self.stats.in_flight  # a probe still out belongs to no phase, but is in flight
+        self.stats = PhaseStats(phase=phase, total=total, in_flight=in_flight)
+        self._last_log = self.stats.t0
+        if self.metrics is not None:
+            self.metrics.start_phase(phase, total)
         if self.quiet:
             return
         if self.plain:
             self.log(f"[{phase}] {total} requests")
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-        from rich.progress import Progress as RichProgress
+        from rich.live import Live
 
-        self._rich = RichProgress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            transient=False,
-            refresh_per_second=4,
-            console=None,
-        )
-        self._rich.start()
-        self._task = self._rich.add_task(phase, total=total, stats="")
+        stats = self.stats
+        self._live = Live(get_renderable=lambda: panel(stats), refresh_per_second=4, transient=False)
+        self._live.start()
 
     def sending(self) -> None:
         """The phase's requests start now (its noise is up, its workers ready): req/s counts from here."""
-        self._t0 = self._last_log = time.monotonic()
-        if self._rich is not None:
-            self._rich.reset(self._task, total=self.total, stats="")
+        self.stats.t0 = self._last_log = time.monotonic()
 
     def request_started(self) -> None:
-        self.in_flight += 1
+        self.stats.in_flight += 1
+        if self.metrics is not None:
+            self.metrics.in_flight.inc()
 
     def request_done(self, ok: bool) -> None:
-        self.in_flight -= 1
-        self.done += 1
+        s = self.stats
+        s.in_flight -= 1
+        s.done += 1
         if not ok:
-            self.errors += 1
-        if self.quiet or not self.total:
-            return  # requests outside a phase (probes) are not progress
-        elapsed = max(time.monotonic() - self._t0, 1e-9)
-        stats = f"{self.done / elapsed:.2f} req/s  in flight {self.in_flight}  errors {self.errors}"
-        if self._rich is not None:
-            self._rich.update(self._task, completed=self.done, stats=stats)
-        elif time.monotonic() - self._last_log >= 5 or self.done == self.total:
-            self._last_log = time.monotonic()
-            self.log(f"[{self.phase}] {self.done}/{self.total}  {stats}  elapsed {elapsed:.1f}s")
+            s.errors += 1
+        if self.metrics is not None:
+            self.metrics.in_flight.dec()
+        if self.quiet or not s.total or self._live is not None:
+            return  # requests outside a phase (probes) are not progress; the panel redraws itself
+        now = time.monotonic()
+        if now - self._last_log >= PLAIN_EVERY_S or s.done == s.total:
+            self._last_log = now
+            self.log(plain_line(s, now))
+
+    def row(self, rec: RequestRecord) -> None:
+        """A request's row was written: its TTFT and cached tokens count towards the phase's figures."""
+        ttft_s = None
+        if rec.first_token_ns is not None and rec.sent_ns is not None:
+            ttft_s = (rec.first_token_ns - rec.sent_ns) / 1e9
+        if rec.phase == self.stats.phase:
+            self.stats.add_row(rec.ok, ttft_s, rec.prompt_tokens, rec.cached_tokens)
+        if self.metrics is not None:
+            self.metrics.row(rec.phase, rec.status, ttft_s, rec.prompt_tokens, rec.cached_tokens)
 
     def end_phase(self) -> None:
-        self.total = 0
-        if self._rich is not None:
-            self._rich.stop()
-            self._rich = None
+        self.stats.total = 0
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
