@@ -72,10 +72,16 @@ class Progress:
         if self.plain:
             self.log(f"[{phase}] {total} requests")
             return
+        from rich.console import Console
         from rich.live import Live
 
         stats = self.stats
-        self._live = Live(get_renderable=lambda: panel(stats), refresh_per_second=4, transient=False)
+        self._live = Live(
+            get_renderable=lambda: panel(stats),
+            console=Console(stderr=True),  # beside the plain lines and logs: stdout stays the results'
+            refresh_per_second=4,
+            transient=False,
+        )
         self._live.start()
 
     def sending(self) -> None:
@@ -113,7 +119,7 @@ class Progress:
             self.metrics.row(rec.phase, rec.status, ttft_s, rec.prompt_tokens, rec.cached_tokens)
 
     def end_phase(self) -> None:
-        self.stats.total = 0
-        if self._live is not None:
+        if self._live is not None:  # its last frame first, while the phase still has its total
             self._live.stop()
             self._live = None
+        self.stats.total = 0

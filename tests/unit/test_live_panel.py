@@ -128,3 +128,20 @@ def test_the_served_metrics_count_rows_by_phase_and_status() -> None:
     assert got[("kvbench_requests_in_flight", ())] == 1
     assert got[("kvbench_phase_requests", (("phase", "cached"),))] == 3
     assert got[("kvbench_phase_info", (("phase", "cached"),))] == 1
+
+
+def test_on_a_terminal_the_panel_runs_per_phase_and_ends_with_its_totals(capsys) -> None:
+    p = Progress(plain=False)
+    p.start_phase("cached", 2)
+    assert p._live is not None
+    p.sending()
+    for t in (30.0, 50.0):
+        p.request_started()
+        p.row(rec("cached", t, cached=500))
+        p.request_done(True)
+    p.log("a line while the panel is up")
+    p.end_phase()
+    assert p._live is None
+    err = capsys.readouterr().err  # no terminal under pytest: rich prints the last frame once
+    assert "a line while the panel is up" in err
+    assert "2/2" in err and "50.0% of prompt tokens cached" in err
