@@ -25,6 +25,7 @@ from aiohttp import web
 
 from kvbench.mock.engine import Trace
 from kvbench.mock.http_replies import BadRequest, abort, error_response, json_object, log, read_body
+from kvbench.mock.plain_body import split_prompt
 from kvbench.mock.responses import BodyWriter, JsonWriter, SseWriter, answer
 from kvbench.mock.serving import CompletionRequest, ServerState
 from kvbench.mock.tokenizer import PromptInfo, Tokenizer
@@ -85,8 +86,16 @@ async def _complete(app: ServerState, request: web.Request, chat: bool, trace: T
         cpu0 = time.thread_time_ns()
 
         def parse(raw: bytes) -> tuple[CompletionRequest, Any, Any]:
-            body = json_object(raw, charset)
-            return parse_request(app, body, chat), body.get("temperature", 1.0), body.get("seed")
+            # a plain-words prompt's 700 KB are not decoded as JSON (plain_body.py); else, or when
+            # unsure, the whole body is
+            split = split_prompt(raw) if not chat and charset in (None, "utf-8") else None
+            body, prompt = (
+                (split[0], app.tokenizer.plain_prompt(split[1]))
+                if split
+                else (json_object(raw, charset), None)
+            )
+            req = parse_request(app, body, chat, prompt)
+            return req, body.get("temperature", 1.0), body.get("seed")
 
         if charset in (None, "utf-8"):
             (req, temperature, seed), remembered = app.body_memo.get(chat, raw, parse)
@@ -112,9 +121,12 @@ async def _complete(app: ServerState, request: web.Request, chat: bool, trace: T
         await tokens.aclose()
 
 
-def parse_request(app: ServerState, body: dict[str, Any], chat: bool) -> CompletionRequest:
-    """Validate a completion body; BadRequest (or ValueError) with the message a client sees."""
-    prompt = extract_prompt(app.tokenizer, body, chat)
+def parse_request(
+    app: ServerState, body: dict[str, Any], chat: bool, prompt: PromptInfo | None = None
+) -> CompletionRequest:
+    """Validate a completion body; BadRequest (or ValueError) with the message a client sees.
+    `prompt`: the body's prompt, already tokenized (plain_body.split_prompt's)."""
+    prompt = extract_prompt(app.tokenizer, body, chat) if prompt is None else prompt
     max_tokens = body.get("max_completion_tokens") if chat else None
     max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS) if max_tokens is None else max_tokens
     if max_tokens is None:

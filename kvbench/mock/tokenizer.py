@@ -160,7 +160,7 @@ def block_keys(tokens: Sequence[bytes], block_tokens: int, root: str = "") -> tu
 
 
 # Plain words (kvbench's own prompts): ASCII word characters and single spaces, nothing else.
-_WORD_BYTES = bytes(range(48, 58)) + bytes(range(65, 91)) + bytes(range(97, 123)) + b"_ "
+PLAIN_BYTES = bytes(range(48, 58)) + bytes(range(65, 91)) + bytes(range(97, 123)) + b"_ "
 
 
 def plain_words_keys(text: str, block_tokens: int, root: str = "") -> tuple[int, tuple[int, ...]] | None:
@@ -177,10 +177,13 @@ def plain_words_keys(text: str, block_tokens: int, root: str = "") -> tuple[int,
 
 
 def _plain_words_keys(
-    data: bytes, block_tokens: int, root: str, words: SpanHash
+    data: bytes, block_tokens: int, root: str, words: SpanHash, checked: bool = False
 ) -> tuple[int, tuple[int, ...]] | None:
-    """plain_words_keys of a text's ASCII bytes, `words` its SpanHash."""
-    if not data or data.translate(None, _WORD_BYTES) or data[0] == 32 or data[-1] == 32:
+    """plain_words_keys of a text's ASCII bytes, `words` its SpanHash; `checked`: known to hold
+    PLAIN_BYTES only."""
+    if not data or data[0] == 32 or data[-1] == 32:
+        return None
+    if not checked and data.translate(None, PLAIN_BYTES):
         return None
     import numpy as np  # a dependency of kvbench; the mock imports it at start (app.py)
 
@@ -234,13 +237,19 @@ class Tokenizer:
         return info
 
     def prompt(self, text: str) -> PromptInfo:
-        data = text.encode("utf-8", "surrogatepass")
+        return self._prompt(text.encode("utf-8", "surrogatepass"), text.isascii(), False, lambda: text)
+
+    def plain_prompt(self, data: bytes) -> PromptInfo:
+        """prompt() of a text given as its bytes, known to hold PLAIN_BYTES only (plain_body.py)."""
+        return self._prompt(data, True, True, lambda: data.decode("ascii"))
+
+    def _prompt(self, data: bytes, ascii: bool, checked: bool, text: Callable[[], str]) -> PromptInfo:
         words = SpanHash(data)  # one pass: the memo's key and the answer's seed, and the blocks' keys
         digest = words.digest()
 
         def build() -> tuple[int, tuple[int, ...]]:
-            plain = _plain_words_keys(data, self.block_tokens, self.root, words) if text.isascii() else None
-            return plain or self._count_and_keys(split_token_bytes(text))
+            plain = _plain_words_keys(data, self.block_tokens, self.root, words, checked) if ascii else None
+            return plain or self._count_and_keys(split_token_bytes(text()))
 
         return self._cached(("p", len(data), digest), lambda: digest.to_bytes(8, "little"), build)
 
