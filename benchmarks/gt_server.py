@@ -23,7 +23,7 @@ in [ttft_ms, ttft_ms_max] per request); the rest `decode_ms` apart. Records are 
 memory and written as JSONL to --ground-truth when the server stops (SIGTERM, SIGINT or
 stdin EOF), so no file I/O runs while it serves.
 
-Endpoints: GET /v1/models, GET /version, GET /metrics (three counters), POST /tokenize
+Endpoints: GET /v1/models, GET /version, GET /metrics (a few vLLM-named series), POST /tokenize
 (whitespace words, the same count the kvbench prompts assume), POST /v1/completions (streaming,
 chunked, with a usage chunk and [DONE]); anything else 404.
 
@@ -86,22 +86,37 @@ def _json_response(status: int, obj: Any, keep_alive: bool) -> bytes:
     )
 
 
+_TTFT_LE = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
 def _metrics_response(state: State, keep_alive: bool) -> bytes:
-    """A few Prometheus counters, about the size of a small engine's exposition."""
+    """vLLM-named counters, gauges and one histogram (names kvbench's scraper keeps and parses, so
+    the scrape costs what a small engine's does; the numbers are this server's own counts)."""
+    done, lab = len(state.records), f'{{model_name="{MODEL}"}}'
     lines = [
-        "# TYPE gt_requests_total counter",
-        f"gt_requests_total {len(state.records)}",
-        "# TYPE gt_requests_running gauge",
-        f"gt_requests_running {state.in_flight}",
-        "# TYPE gt_connections_total counter",
-        f"gt_connections_total {state.conns}",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{lab} {state.in_flight}",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{lab} 0",
+        "# TYPE vllm:request_success_total counter",
+        f"vllm:request_success_total{lab} {done}",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{lab} {done * 1000}",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f"vllm:prefix_cache_hits_total{lab} 0",
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+    ]
+    lines += [
+        f'vllm:time_to_first_token_seconds_bucket{{le="{le}",model_name="{MODEL}"}} 0' for le in _TTFT_LE
+    ]
+    lines += [
+        f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",model_name="{MODEL}"}} {done}',
+        f"vllm:time_to_first_token_seconds_count{lab} {done}",
+        f"vllm:time_to_first_token_seconds_sum{lab} {done * state.ttft_s}",
     ]
     body = ("\n".join(lines) + "\n").encode()
-    return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n%b\r\n%b" % (
-        len(body),
-        b"" if keep_alive else b"Connection: close\r\n",
-        body,
-    )
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n%b\r\n"
+    return head % (len(body), b"" if keep_alive else b"Connection: close\r\n") + body
 
 
 class GTProtocol(asyncio.Protocol):

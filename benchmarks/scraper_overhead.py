@@ -4,7 +4,8 @@ run without scraping, in the same sitting, the two interleaved run by run.
 
 Case, --repeats times (at least 5 pairs; median of each tool, and the median of the pairs' differences):
   scraper     28 connections, 1,000 requests (about 2.5 s of phase: some 25 scrapes), 50 ms server
-              TTFT, 16 tokens 1 ms apart; benchmarks/gt_server.py answers /metrics with three counters
+              TTFT, 16 tokens 1 ms apart; benchmarks/gt_server.py answers /metrics with a few
+              vLLM-named series (kept, parsed and written as rows, as a real engine's are)
 
 The scrapes go over the sampler's own session and connection (kvbench.telemetry.sampler), never a
 timed request's; what is left is the client's CPU (the scrape's parse and row writes on the loop
