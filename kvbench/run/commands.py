@@ -73,11 +73,14 @@ ServeMetricsOpt = Annotated[
     typer.Option(
         help="Serve kvbench's own progress as Prometheus metrics on PORT while it runs (0: a free port, "
         'printed); names in README "Watching a run".',
+        metavar="PORT",
         min=0,
         max=65535,
     ),
 ]
-ServeHostOpt = Annotated[str, typer.Option(help="With --serve-metrics: the address to listen on.")]
+ServeHostOpt = Annotated[
+    str, typer.Option(help="With --serve-metrics: the address to listen on.", metavar="HOST")
+]
 
 
 def run_cmd(
