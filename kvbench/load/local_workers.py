@@ -75,6 +75,7 @@ class LocalWorkersBackend:
         self._phase: RemotePhase | None = None  # the phase whose rows are coming in
         self._changed = asyncio.Event()
         self._last_end_ns: int | None = None
+        self._failure: Exception | None = None  # what stopped the driver taking a worker's rows in
 
     # --- processes ----------------------------------------------------------------------------------
 
@@ -114,8 +115,10 @@ class LocalWorkersBackend:
         try:
             while True:
                 self._handle(w, await read_msg(reader))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except Exception as exc:  # writing a row failed (a full disk): the phase fails with it, as local
+            self._failure = exc
         finally:
             self._gone(w)
 
@@ -243,6 +246,8 @@ class LocalWorkersBackend:
         while any(w.state == "ready" and not w.done for w in active):
             self._changed.clear()
             await self._changed.wait()
+            if self._failure is not None:
+                raise self._failure
 
     async def _cancel(self, active: list[_Proc], phase: RemotePhase) -> None:
         live = [w for w in active if w.state == "ready"]
