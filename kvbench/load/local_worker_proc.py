@@ -39,7 +39,9 @@ class LocalLoadWorker(LoadWorker):
         self._bodies: list[bytes] = []
 
     def where(self) -> dict[str, Any]:
-        return {"hostname": socket.gethostname(), "pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0))}
+        getter = getattr(os, "sched_getaffinity", None)  # Linux: which cores it may run on
+        cpus = sorted(getter(0)) if getter is not None else []
+        return {"hostname": socket.gethostname(), "pid": os.getpid(), "cpus": cpus}
 
     async def stage(self, share: list[dict[str, Any]], bodies: list[bytes]) -> int:
         """The phase's share and bodies, shipped before the start time is set (shipping takes time)."""

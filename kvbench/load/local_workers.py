@@ -66,6 +66,8 @@ class LocalWorkersBackend:
     def __init__(self, workers: int = 2, pin: bool = False) -> None:
         if workers < 1:
             raise UsageError("load.workers: at least one load worker")
+        if pin and not hasattr(os, "sched_setaffinity"):
+            raise UsageError("load.pin: pinning workers to cores needs Linux (os.sched_setaffinity)")
         self.workers_wanted = workers
         self.pin = pin
         self.workers: list[_Proc] = []
@@ -83,7 +85,7 @@ class LocalWorkersBackend:
         if self.workers:
             return
         ctx = multiprocessing.get_context("spawn")
-        cores = sorted(os.sched_getaffinity(0))
+        cores = _cores()
         from kvbench.load.local_worker_proc import open_pipe, worker_main
 
         for i in range(self.workers_wanted):
@@ -299,3 +301,9 @@ class LocalWorkersBackend:
             "workers": [self._worker_record(w) for w in self.workers],
             "workers_lost": [w.name for w in self.workers if w.state == "lost"],
         }
+
+
+def _cores() -> list[int]:
+    """The cores this process may run on (Linux); elsewhere every core, and `pin` is not offered."""
+    getter = getattr(os, "sched_getaffinity", None)
+    return sorted(getter(0)) if getter is not None else list(range(os.cpu_count() or 1))

@@ -5,6 +5,7 @@ mock's ground truth; a worker killed mid-phase leaves its rows on disk, its unse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from kvbench.load.worker_phase import NOT_SENT, WORKER_LOST
+from kvbench.client import ClientConfig, build_body
+from kvbench.load.local_workers import LocalWorkersBackend
+from kvbench.load.worker_phase import NOT_SENT, WORKER_LOST, PreparedRequest
+from kvbench.mock.server import MockServer
 from kvbench.results import read_jsonl, read_manifest
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario
@@ -116,3 +120,67 @@ def test_a_killed_worker_leaves_its_rows_and_fails_the_run(tmp_path: Path) -> No
     assert lost["lost_in_flight"] == kinds[WORKER_LOST]
     assert lb["sent"] == 200 - lb["not_sent"] < lb["requests"] == 200
     assert "sent fewer requests than it was asked" in err
+
+
+@dataclasses.dataclass
+class Item:
+    index: int
+    prompt_id: int
+    scheduled_offset_s: float = 0.0
+
+
+class Phase:
+    """What kvbench.run gives a remote backend: prepared requests in, rows out."""
+
+    retries = 0
+
+    def __init__(self, base_url: str, concurrency: int) -> None:
+        self.cfg = ClientConfig(base_url=base_url, model="m", max_tokens=4)
+        self.concurrency, self.origin_ns, self.seq = concurrency, time.perf_counter_ns(), 0
+        self.rows: list[dict] = []
+
+    def prepare(self, item: Item) -> PreparedRequest:
+        self.seq += 1
+        fields = {"phase": "cached", "label": "cached", "prompt_id": item.prompt_id}
+        body = build_body(self.cfg, f"prompt {item.prompt_id} " + "w " * 100)
+        return PreparedRequest(f"run-cached-{self.seq}", fields, body, item.scheduled_offset_s)
+
+    def client_spec(self) -> dict:
+        cfg = dataclasses.asdict(self.cfg)
+        return {"config": cfg, "headers": {}, "concurrency": self.concurrency, "connect_timeout_s": 10.0}
+
+    def started(self, request_id: str) -> None:
+        pass
+
+    def record(self, rec, extra: dict) -> None:
+        self.rows.append({**rec.to_row(), **extra})
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning two workers needs two cores")
+async def test_pinned_workers_are_kept_across_phases_and_follow_the_target(tmp_path: Path) -> None:
+    gt, gt_after = tmp_path / "gt.jsonl", tmp_path / "gt-after.jsonl"
+    async with (
+        MockServer("ci", ground_truth=gt) as srv,
+        MockServer("ci", ground_truth=gt_after) as after,
+    ):
+        phase = Phase(srv.base_url, concurrency=4)
+        backend = LocalWorkersBackend(workers=2, pin=True)
+        try:
+            await backend.run_items([Item(i, i % 5) for i in range(40)], 4, False, phase, phase.origin_ns)
+            pids = {w.pid for w in backend.workers}
+            phase.cfg = dataclasses.replace(phase.cfg, base_url=after.base_url)  # the target moved
+            paced = [Item(i, i % 5, scheduled_offset_s=i * 0.02) for i in range(10)]
+            await backend.run_items(paced, 4, True, phase, phase.origin_ns)
+            assert {w.pid for w in backend.workers} == pids  # the same processes: no spawn per phase
+        finally:
+            await backend.aclose()
+    assert all(not w.process.is_alive() for w in backend.workers)
+    moved = {json.loads(line)["request_id"] for line in gt_after.read_text().splitlines()}
+    assert moved == {r["request_id"] for r in phase.rows[40:]} and len(moved) == 10
+    assert len({r["request_id"] for r in phase.rows}) == 50 and all(r["status"] == "ok" for r in phase.rows)
+    cores = sorted(os.sched_getaffinity(0))
+    assert [w["cpus"] for w in backend.record()["workers"]] == [[cores[0]], [cores[1]]]
+    # a paced phase keeps each arrival where the schedule put it, whichever worker sent it
+    rows = sorted(phase.rows[40:], key=lambda r: r["scheduled_ns"])
+    start = rows[0]["scheduled_ns"]
+    assert max(abs(r["scheduled_ns"] - start - i * 20_000_000) for i, r in enumerate(rows)) < 5_000_000
