@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from kvbench.mock.span_hash import LOW_BITS, SpanHash, span_keys
+from kvbench.mock.span_hash import KEY_BITS, LOW_BITS, SpanHash, span_keys
 
 HIGH = ~((1 << LOW_BITS) - 1)
 
@@ -48,6 +48,7 @@ def test_a_prompts_keys_sit_in_neighbouring_slots() -> None:
     low = [k & ((1 << LOW_BITS) - 1) for k in keys]
     assert [(b - a) % (1 << LOW_BITS) for a, b in itertools.pairwise(low)] == [1] * (len(low) - 1)
     assert len({k & HIGH for k in keys}) == len(keys)  # the rest is each prefix's own
+    assert max(keys) < 1 << KEY_BITS  # two machine digits: cheaper to make and to hash
 
 
 def test_digest_is_the_whole_texts_and_not_the_models() -> None:
