@@ -77,7 +77,7 @@ class Run:
         self.token_counter: TokenCounter | None = None
         self.seq = 0
         self.load_backend: LoadBackend = (
-            load_backend("ray", workers=scn.load.workers)
+            load_backend("ray" if scn.cluster.backend == "ray" else "processes", workers=scn.load.workers)
             if scn.load.workers
             else load_backend(opts.load_backend)
         )
