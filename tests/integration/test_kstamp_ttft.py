@@ -185,7 +185,8 @@ async def test_through_aiohttp_the_row_says_user(monkeypatch):
 
 def test_the_cli_carries_a_long_prompt_under_uvloop(tmp_path):
     """`kvbench run` runs on uvloop when installed; with TX stamps on, a body larger than the send
-    buffer once never finished there (make run hung on its first 30k-token prompt)."""
+    buffer once never finished there (make run hung on its first 30k-token prompt). Now its rows
+    are kernel-stamped there too (errpoll)."""
     pytest.importorskip("uvloop")
     proc = subprocess.run(
         [sys.executable, "-m", "kvbench", "run", "ttft", "--set", "prompts.lengths=[30000]",
@@ -193,13 +194,59 @@ def test_the_cli_carries_a_long_prompt_under_uvloop(tmp_path):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    if txstamp.unavailable() is None:
+        rows = [json.loads(line) for path in tmp_path.glob("*/requests.jsonl") for line in path.open()]
+        assert rows and all(r["send_clock_source"] == "kernel_tx" for r in rows if r["status"] == "ok")
 
 
-def test_tx_stamps_stay_off_under_uvloop_and_on_under_asyncio():
-    async def refused() -> str | None:
-        return txstamp.loop_refuses()
+LONG_TOKENS = 130_000
+READ_DELAY_S = 0.2  # the server reads the body this late: it cannot all have left before
 
-    assert asyncio.run(refused()) is None
-    uvloop = pytest.importorskip("uvloop")
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        assert "uvloop" in (runner.run(refused()) or "")
+
+async def _long_request() -> tuple[RequestRecord, dict[str, int], int]:
+    """A 130k-token body to a server that waits before reading it: its last byte leaves while the
+    loop waits (the body is far larger than what the socket buffers take unread)."""
+    server = SERVER.replace("head, _, body = buf", f"time.sleep({READ_DELAY_S})\nhead, _, body = buf")
+    proc = subprocess.Popen([sys.executable, "-c", server], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", max_tokens=2)
+        body = build_body(cfg, " ".join(["word"] * LONG_TOKENS))
+        async with make_session(1, 10.0) as session:
+            client = StreamingClient(cfg, session, origin_ns=0)
+            rec = RequestRecord(request_id="r-long")
+            async with asyncio.timeout(60):  # it hung for ever under uvloop once: fail, never block
+                await client.send(rec, body)
+            await client.aclose()
+        return rec, json.loads(proc.stdout.readline()), len(body)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _loops() -> list:
+    loops = [pytest.param(None, id="asyncio")]
+    try:
+        import uvloop
+    except ImportError:
+        skip = pytest.mark.skip(reason="uvloop not installed")
+        return [*loops, pytest.param(None, id="uvloop", marks=skip)]
+    return [*loops, pytest.param(uvloop.new_event_loop, id="uvloop")]
+
+
+@pytest.mark.skipif(txstamp.unavailable() is not None, reason=str(txstamp.unavailable()))
+@pytest.mark.parametrize("loop_factory", _loops())
+def test_a_130k_token_body_is_kernel_stamped_at_its_last_byte(monkeypatch, loop_factory):
+    """Under both loops: the body is sent in full, the row's start is the stamp of its LAST byte."""
+    monkeypatch.delenv("KVBENCH_CLIENT_HTTP", raising=False)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        rec, truth, size = runner.run(_long_request())
+    assert size > 600_000
+    assert rec.ok, rec.error_message
+    assert rec.send_clock_source == "kernel_tx"
+    assert rec.sent_ns is not None and rec.sent_user_ns is not None
+    # the server held the body unread for READ_DELAY_S: the last byte left after that, before the
+    # server had read it all (a stamp of the first write would be within a millisecond of the loop's)
+    assert rec.sent_ns - rec.sent_user_ns > READ_DELAY_S * 1e9 / 2
+    assert rec.sent_ns < truth["received"]

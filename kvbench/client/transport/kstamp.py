@@ -32,7 +32,8 @@ asyncio transport that reads with recvmsg (asyncio's and uvloop's own read with 
 ancillary data); it hands each read to `protocol.data_received_stamped(data, t_user, t_kernel)`.
 Given a send-stamp reader (`tx`, transport/txstamp.TxStamps: duck-typed, `wrote`/`drain`), it
 counts what each write queued and drains the socket's error queue once the write is out, and on
-a read callback that found no data (a queued TX stamp raises POLLERR, which wakes the reader).
+a read callback that found no data (a queued TX stamp raises POLLERR, which wakes the reader);
+the socket is then watched by `tx.poller(loop)`: the loop, or under uvloop an epoll of our own.
 Nothing here imports kvbench.
 """
 
@@ -227,6 +228,8 @@ class StampedTransport(asyncio.Transport):
         super().__init__()
         self.tx = tx  # txstamp.TxStamps where the socket takes TX stamps, else None
         self._loop = loop
+        # with TX stamps the socket's POLLERR must reach the reader: tx.poller says who watches it
+        self._poll = loop if tx is None else tx.poller(loop)
         self._sock = sock
         self._fd = sock.fileno()
         self._protocol = protocol
@@ -236,7 +239,7 @@ class StampedTransport(asyncio.Transport):
         self._close_when_flushed = False
         self._lost = False
         protocol.connection_made(self)
-        loop.add_reader(self._fd, self._read_ready)
+        self._poll.add_reader(self._fd, self._read_ready)
 
     def _read_ready(self) -> None:
         t_user = time.perf_counter_ns()  # before anything else
@@ -250,7 +253,7 @@ class StampedTransport(asyncio.Transport):
             self._fatal(exc)
             return
         if not n:
-            self._loop.remove_reader(self._fd)
+            self._poll.remove_reader(self._fd)
             if not self._protocol.eof_received():
                 self.abort()
             return
@@ -278,7 +281,7 @@ class StampedTransport(asyncio.Transport):
             return
         if sent < len(data):
             self._wbuf.append(memoryview(data).cast("B")[sent:])
-            self._loop.add_writer(self._fd, self._write_ready)
+            self._poll.add_writer(self._fd, self._write_ready)
         elif self.tx is not None:  # all of it handed to the kernel: on loopback its stamp is queued now
             self.tx.drain()
 
@@ -305,7 +308,7 @@ class StampedTransport(asyncio.Transport):
             self._wbuf.append(p[sent:])
             sent = 0
         if self._wbuf:
-            self._loop.add_writer(self._fd, self._write_ready)
+            self._poll.add_writer(self._fd, self._write_ready)
         elif self.tx is not None:
             self.tx.drain()
 
@@ -323,7 +326,7 @@ class StampedTransport(asyncio.Transport):
                 self._wbuf[0] = head[sent:]
                 return
             self._wbuf.popleft()
-        self._loop.remove_writer(self._fd)
+        self._poll.remove_writer(self._fd)
         if self.tx is not None:
             self.tx.drain()
         if self._close_when_flushed:
@@ -356,7 +359,7 @@ class StampedTransport(asyncio.Transport):
             self._shutdown(None)
         elif not self._close_when_flushed:
             self._close_when_flushed = True
-            self._loop.remove_reader(self._fd)
+            self._poll.remove_reader(self._fd)
 
     def abort(self) -> None:
         self._shutdown(None)
@@ -369,8 +372,8 @@ class StampedTransport(asyncio.Transport):
             return
         self._closing = True
         self._wbuf.clear()
-        self._loop.remove_reader(self._fd)
-        self._loop.remove_writer(self._fd)
+        self._poll.remove_reader(self._fd)
+        self._poll.remove_writer(self._fd)
         self._loop.call_soon(self._lose, exc)
 
     def _lose(self, exc: Exception | None) -> None:

@@ -22,11 +22,14 @@ errqueue.h for the values below, which Python's socket module does not export):
   u8 code, u8 pad, u32 info=SCM_TSTAMP_SND (0), u32 data}.
 - a non-empty error queue makes poll report POLLERR, which asyncio's selector hands to the read
   callback: whoever turns stamps on must drain the queue, or the loop spins (StampedTransport does,
-  on every read callback that finds no data and while a stamp is due).
+  on every read callback that finds no data and while a stamp is due). libuv (uvloop) instead
+  stops watching a socket on POLLERR for good, so there the socket is watched through an epoll of
+  our own (errpoll) and a stamp queued while the loop waits (a body larger than the send buffer)
+  reaches the reader as under asyncio.
 
 Measured on loopback (Linux 6.18, tests/unit/test_txstamp.py): the stamp is queued before send()
 returns, between the user stamp taken before the write and the server's receive stamp.
-Nothing here imports kvbench.
+Imports only errpoll from kvbench.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ import socket
 import struct
 import sys
 from typing import Any
+
+from kvbench.client.transport import errpoll
 
 # plain ints: the socket module's MsgFlag enum costs a conversion on every call of the hot path
 SO_TIMESTAMPING = int(getattr(socket, "SO_TIMESTAMPING", 37))  # asm-generic/socket.h
@@ -151,6 +156,11 @@ class TxStamps:
                     if not everything:
                         return
 
+    @staticmethod
+    def poller(loop: asyncio.AbstractEventLoop) -> Any:
+        """Who watches the socket under `loop` (StampedTransport asks): its POLLERR must reach the reader."""
+        return errpoll.for_loop(loop)
+
     def take(self) -> int | None:
         """The current request's stamp (CLOCK_REALTIME ns), reading the queue once more if still due."""
         if self.due:
@@ -160,26 +170,8 @@ class TxStamps:
         return real
 
 
-def loop_refuses() -> str | None:
-    """Why the running event loop cannot carry TX stamps; None for asyncio's own loop.
-
-    Under uvloop a request body larger than the socket's send buffer never finished once stamps
-    were on (libuv's write watcher meets the error queue's POLLERR): `kvbench run ttft` hung on its
-    first 30k-token prompt. asyncio's selector loop hands POLLERR to the read side, where the
-    stamps are drained, and carries 130k-token bodies.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    module = type(loop).__module__
-    return None if module.startswith("asyncio") else f"not under the {module.split('.')[0]} event loop"
-
-
 def attach(sock: socket.socket) -> TxStamps | None:
     """A send-stamp reader for a connected socket (kstamp.open_stamped's hook); None where refused."""
-    if loop_refuses() is not None:
-        return None
     return TxStamps(sock) if enable(sock) else None
 
 
