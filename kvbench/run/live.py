@@ -58,6 +58,7 @@ class PhaseStats:
     cached_tokens: int = 0
     t0: float = field(default_factory=time.monotonic)
     ttft_s: Reservoir = field(default_factory=Reservoir)
+    noise: Any = None  # the phase's kvbench.noise NoiseHandle: its live_bytes(), read only when drawn
 
     def add_row(self, ok: bool, ttft_s: float | None, prompt_tokens: int, cached_tokens: int | None) -> None:
         self.rows += 1
@@ -73,6 +74,12 @@ class PhaseStats:
     def hit_ratio(self) -> float | None:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
 
+    def noise_gb_s(self, now: float) -> float | None:
+        """Noise bytes per second since the phase's requests started (None: quiet, or known at stop)."""
+        live = getattr(self.noise, "live_bytes", None)
+        sent = live() if live is not None else None
+        return None if sent is None else sent / max(now - self.t0, 1e-9) / 1e9
+
     def ttft_ms(self) -> tuple[float, float] | None:
         q = self.ttft_s.quantiles((0.5, 0.99))
         return None if q is None else (q[0] * 1e3, q[1] * 1e3)
@@ -87,6 +94,9 @@ def stats_text(s: PhaseStats, now: float) -> str:
     hit = s.hit_ratio()
     if hit is not None:
         out += f"  hit {hit:.1%}"
+    noise = s.noise_gb_s(now)
+    if noise is not None:
+        out += f"  noise {noise:.2f} GB/s"
     return out
 
 
@@ -111,6 +121,9 @@ def panel(s: PhaseStats, now: float | None = None) -> Any:
     grid.add_row("TTFT p50 / p99", "-" if ttft is None else f"{ttft[0]:.1f} / {ttft[1]:.1f} ms")
     hit = s.hit_ratio()
     grid.add_row("hit ratio", "-" if hit is None else f"{hit:.1%} of prompt tokens cached")
+    noise = s.noise_gb_s(now)
+    if s.noise is not None:
+        grid.add_row("noise", "known when it stops" if noise is None else f"{noise:.2f} GB/s")
     grid.add_row("errors", str(s.errors), style="red" if s.errors else None)
     grid.add_row("elapsed", f"{now - s.t0:.1f} s")
     return Panel(grid, title=f"[bold]{s.phase}", expand=False)

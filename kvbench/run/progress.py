@@ -84,9 +84,13 @@ class Progress:
         )
         self._live.start()
 
-    def sending(self) -> None:
-        """The phase's requests start now (its noise is up, its workers ready): req/s counts from here."""
+    def sending(self, noise: Any = None) -> None:
+        """The phase's requests start now (its noise is up, its workers ready): req/s counts from here.
+        `noise`: the phase's NoiseHandle, read for its bytes only when the figures are drawn."""
         self.stats.t0 = self._last_log = time.monotonic()
+        self.stats.noise = noise
+        if noise is not None and self.metrics is not None:
+            self.metrics.add_noise(noise)
 
     def request_started(self) -> None:
         self.stats.in_flight += 1

@@ -13,14 +13,20 @@ Updated once per written row (a counter, a histogram bucket), never per chunk.
     kvbench_requests_in_flight             requests sent and not yet answered
     kvbench_phase_requests{phase}          requests the phase was planned to send
     kvbench_phase_info{phase}              1: the phase running now (its last value once it ends)
+    kvbench_noise_bytes_total{phase}       noise bytes sent (read from each noisy phase's handle at
+                                           scrape time; a generator that counts only at its stop
+                                           shows its total once stopped)
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from kvbench.errors import UsageError
 
@@ -49,6 +55,11 @@ class RunMetrics:
         self.in_flight = Gauge("kvbench_requests_in_flight", "Requests sent, not yet answered.", registry=r)
         self.planned = Gauge("kvbench_phase_requests", "Requests the phase will send.", ["phase"], registry=r)
         self.phase = Info("kvbench_phase", "The phase running now.", registry=r)
+        self.noise = NoiseBytes()
+        r.register(self.noise)
+
+    def add_noise(self, handle: Any) -> None:
+        self.noise.handles.append(handle)
 
     def start_phase(self, phase: str, total: int) -> None:
         self.phase.info({"phase": phase})
@@ -82,3 +93,21 @@ class RunMetrics:
             server.shutdown()
             server.server_close()
             thread.join(timeout=5)
+
+
+class NoiseBytes(Collector):
+    """kvbench_noise_bytes_total{phase}: each noisy phase's handle, read when scraped (nothing is
+    counted on the run's loop): its final total once stopped, else what it has sent so far."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []  # NoiseHandle, one per noisy phase
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return [CounterMetricFamily("kvbench_noise_bytes", "Noise bytes sent.", labels=["phase"])]
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        fam = CounterMetricFamily("kvbench_noise_bytes", "Noise bytes sent.", labels=["phase"])
+        for h in list(self.handles):
+            live = h.live_bytes() if h.stopped_ns is None and h.live_bytes is not None else None
+            fam.add_metric([h.phase], float(h.total_bytes if live is None else live))
+        yield fam

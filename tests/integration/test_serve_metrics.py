@@ -5,6 +5,7 @@ requests.jsonl holds, phase by phase and status by status; TTFT's histogram coun
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import urllib.request
@@ -105,3 +106,29 @@ def test_the_cli_prints_where_it_serves(tmp_path: Path) -> None:
     assert "kvbench: metrics at http://127.0.0.1:" in result.output
     bad = CliRunner().invoke(app, [*args, "--serve-metrics", "70000"])
     assert bad.exit_code == 2
+
+
+async def test_noise_bytes_served_equal_the_manifests(tmp_path: Path) -> None:
+    overrides = {
+        "prompts.count": 4,
+        "prompts.lengths": [4000],
+        "load.requests": 8,
+        "load.concurrency": 4,
+        "test.noisy.enabled": True,
+        "test.noisy.pairs": 1,
+        "test.noisy.settle_s": 0.2,
+        "target.mock_overrides": {"time_scale": 0.05},
+        "noise": {"kind": "tcp", "senders": 1, "rate_bytes_per_s": 2e8},
+    }
+    scn, _ = load_scenario("throughput", overrides)
+    metrics = RunMetrics()
+    with metrics.serve("127.0.0.1", 0) as url:
+        opts = RunOptions(output_dir=tmp_path, quiet=True, report=False, metrics=metrics)
+        outcome = await run_scenario(scn, opts)
+        final = samples(url)
+    assert outcome.exit_code == 0
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    noisy = {p["name"]: p["noise"]["total_bytes"] for p in manifest["phases"] if p.get("noise")}
+    assert noisy and all(v > 0 for v in noisy.values())
+    served = {dict(k[1])["phase"]: v for k, v in final.items() if k[0] == "kvbench_noise_bytes_total"}
+    assert served == noisy

@@ -145,3 +145,29 @@ def test_on_a_terminal_the_panel_runs_per_phase_and_ends_with_its_totals(capsys)
     err = capsys.readouterr().err  # no terminal under pytest: rich prints the last frame once
     assert "a line while the panel is up" in err
     assert "2/2" in err and "50.0% of prompt tokens cached" in err
+
+
+def test_noise_gb_s_and_bytes_come_from_the_phases_handle(monkeypatch, capsys) -> None:
+    from kvbench.noise.handle import NoiseHandle
+
+    now = [10.0]
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: now[0])
+    sent = [0]
+    handle = NoiseHandle(kind="tcp", config={}, phase="noisy-1", origin_ns=0, started_ns=1)
+    handle.live_bytes = lambda: sent[0]
+    m = RunMetrics()
+    p = Progress(plain=True, metrics=m)
+    p.start_phase("noisy-1", 1)
+    p.sending(handle)
+    now[0] += 2.0
+    sent[0] = 3_000_000_000  # 3 GB in 2 s
+    p.request_started()
+    p.request_done(True)
+    assert capsys.readouterr().err.splitlines()[-1].endswith("noise 1.50 GB/s  elapsed 2.0s")
+
+    def noise_bytes() -> float | None:
+        return m.registry.get_sample_value("kvbench_noise_bytes_total", {"phase": "noisy-1"})
+
+    assert noise_bytes() == 3e9  # while running: what it has sent so far
+    handle.stopped_ns, handle.total_bytes = 2, 3_200_000_000
+    assert noise_bytes() == 3.2e9  # stopped: its final total
