@@ -14,7 +14,7 @@ import numpy as np
 from kvbench.client import ClientConfig, RequestRecord, StreamingClient, build_body, burst_warning
 from kvbench.client.control import ControlClient
 from kvbench.engines.adapters import EngineAdapter
-from kvbench.engines.telemetry import Scraper, counter_deltas, sum_delta
+from kvbench.engines.telemetry import counter_deltas, sum_delta
 from kvbench.errors import ColdUnverified
 from kvbench.lab.manifest import lab_link_interfaces
 from kvbench.load.backends import LoadBackend, load_backend
@@ -23,6 +23,7 @@ from kvbench.results import JsonlWriter, RunDir
 from kvbench.results.schema import Label, PhaseEntry, TtftStep
 from kvbench.run.cold import cold_probe_verdict, reset_cache
 from kvbench.run.limits import CLIENT_LIMIT, client_limit_message, is_client_limit
+from kvbench.run.live import TappedScraper
 from kvbench.run.progress import Progress
 from kvbench.run.target import TargetInfo
 from kvbench.scenario import Scenario
@@ -60,11 +61,13 @@ class Run:
         self.http, self.client, self.adapter, self.origin_ns = http, client, adapter, origin_ns
         self.progress = Progress(quiet=opts.quiet, metrics=opts.metrics)
         self.salt_rng = np.random.default_rng()  # unseeded on purpose: a salt must never repeat across runs
-        engine = Scraper(
+        self.progress.tiers.counters = adapter.transfer_counters if adapter is not None else ()
+        engine = TappedScraper(  # its samples also feed the live view's tier GB/s
             http,
             rd.writer("metrics.jsonl") if scn.telemetry.metrics == "auto" else None,
             origin_ns,
             enabled=scn.telemetry.metrics == "auto",
+            tap=self.progress.scraped,
         )
         after = getattr(getattr(scn.test, "between_phases", None), "base_url", None)
         links = lab_link_interfaces(target.base_url, after)  # a lab target: its link's counters too

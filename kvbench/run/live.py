@@ -9,10 +9,14 @@ line is due, over at most RESERVOIR samples, never over all the rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from kvbench.engines.adapters.base import TransferCounter
+from kvbench.engines.telemetry import SampleKey, Scraper
 
 RESERVOIR = (
     4096  # TTFT samples kept per phase: p99 of a uniform sample of this size is within ~0.3 pct-points
@@ -59,6 +63,7 @@ class PhaseStats:
     t0: float = field(default_factory=time.monotonic)
     ttft_s: Reservoir = field(default_factory=Reservoir)
     noise: Any = None  # the phase's kvbench.noise NoiseHandle: its live_bytes(), read only when drawn
+    tier_gb_s: dict[str, float] = field(default_factory=dict)  # "onboard G2": GB/s between the last 2 scrapes
 
     def add_row(self, ok: bool, ttft_s: float | None, prompt_tokens: int, cached_tokens: int | None) -> None:
         self.rows += 1
@@ -97,7 +102,13 @@ def stats_text(s: PhaseStats, now: float) -> str:
     noise = s.noise_gb_s(now)
     if noise is not None:
         out += f"  noise {noise:.2f} GB/s"
+    if s.tier_gb_s:
+        out += "  " + tiers_text(s.tier_gb_s)
     return out
+
+
+def tiers_text(rates: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f} GB/s" for k, v in sorted(rates.items()))
 
 
 def plain_line(s: PhaseStats, now: float) -> str:
@@ -124,6 +135,56 @@ def panel(s: PhaseStats, now: float | None = None) -> Any:
     noise = s.noise_gb_s(now)
     if s.noise is not None:
         grid.add_row("noise", "known when it stops" if noise is None else f"{noise:.2f} GB/s")
+    if s.tier_gb_s:
+        grid.add_row("tiers", tiers_text(s.tier_gb_s))
     grid.add_row("errors", str(s.errors), style="red" if s.errors else None)
     grid.add_row("elapsed", f"{now - s.t0:.1f} s")
     return Panel(grid, title=f"[bold]{s.phase}", expand=False)
+
+
+def tier_bytes(samples: dict[SampleKey, float], counters: Sequence[TransferCounter]) -> dict[str, float]:
+    """Bytes moved so far per "direction tier", from the engine's byte-unit transfer counters (the
+    block- and token-unit ones need the report's sizes: left to the report)."""
+    present = {name for name, _ in samples}
+    out: dict[str, float] = {}
+    for c in counters:
+        if c.unit != "bytes" or (c.superseded_by and c.superseded_by in present):
+            continue
+        for (name, labels), value in samples.items():
+            lab = dict(labels)
+            if name != c.name or any(lab.get(k, "").lower() != v.lower() for k, v in c.match):
+                continue
+            key = f"{c.direction} {c.tier or lab.get(c.tier_label or '', '?')}"
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+@dataclass
+class TierRates:
+    """GB/s per tier between the last two scrapes of the engine's /metrics."""
+
+    counters: Sequence[TransferCounter] = ()
+    last: tuple[float, dict[str, float]] | None = None
+
+    def observe(self, now: float, samples: dict[SampleKey, float]) -> dict[str, float] | None:
+        totals = tier_bytes(samples, self.counters)
+        prev, self.last = self.last, (now, totals)
+        if prev is None or now <= prev[0] or not totals:
+            return None
+        dt = now - prev[0]
+        # a tier that never moved a byte (G1 of an engine without one) is left off the view
+        return {k: max(v - prev[1].get(k, 0.0), 0.0) / dt / 1e9 for k, v in totals.items() if v}
+
+
+@dataclass
+class TappedScraper(Scraper):
+    """The engine's scraper, each scrape's samples also handed to `tap` (the live view's tier GB/s):
+    no scrape of its own, so the view costs the server nothing more."""
+
+    tap: Callable[[dict[SampleKey, float]], None] | None = None
+
+    async def scrape(self, phase: str, http: Any = None) -> dict[SampleKey, float] | None:
+        samples = await super().scrape(phase, http)
+        if samples is not None and self.tap is not None:
+            self.tap(samples)
+        return samples

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from kvbench.run.live import PhaseStats, panel, plain_line
+from kvbench.run.live import PhaseStats, TierRates, panel, plain_line
 
 if TYPE_CHECKING:
     from kvbench.client import RequestRecord
@@ -30,6 +30,7 @@ class Progress:
         self.metrics = metrics
         self._live: Any = None
         self.stats = PhaseStats()
+        self.tiers = TierRates()  # Run sets its counters: the adapter's transfer_counters
         self._last_log = 0.0
 
     # the counters other modules read (the sweep's and the tests'): the current phase's
@@ -121,6 +122,12 @@ class Progress:
             self.stats.add_row(rec.ok, ttft_s, rec.prompt_tokens, rec.cached_tokens)
         if self.metrics is not None:
             self.metrics.row(rec.phase, rec.status, ttft_s, rec.prompt_tokens, rec.cached_tokens)
+
+    def scraped(self, samples: dict[Any, float]) -> None:
+        """An engine scrape (phase boundary or the sampler's tick): the tiers' GB/s since the last."""
+        rates = self.tiers.observe(time.monotonic(), samples)
+        if rates is not None:
+            self.stats.tier_gb_s = rates
 
     def end_phase(self) -> None:
         if self._live is not None:  # its last frame first, while the phase still has its total

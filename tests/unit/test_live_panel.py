@@ -171,3 +171,26 @@ def test_noise_gb_s_and_bytes_come_from_the_phases_handle(monkeypatch, capsys) -
     assert noise_bytes() == 3e9  # while running: what it has sent so far
     handle.stopped_ns, handle.total_bytes = 2, 3_200_000_000
     assert noise_bytes() == 3.2e9  # stopped: its final total
+
+
+def test_tier_gb_s_comes_from_the_engines_byte_counters_between_two_scrapes(monkeypatch, capsys) -> None:
+    from kvbench.engines.adapters import get_adapter
+
+    now = [0.0]
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: now[0])
+    p = Progress(plain=True)
+    p.tiers.counters = get_adapter("mock").transfer_counters  # kvbench_mock_onboard_bytes_total{tier}
+    p.start_phase("cached", 1)
+
+    def scrape(g2: float, g4: float) -> dict:
+        name = "kvbench_mock_onboard_bytes_total"
+        return {(name, (("tier", "G2"),)): g2, (name, (("tier", "G4"),)): g4, ("other_total", ()): 9e9}
+
+    p.scraped(scrape(1e9, 0.0))
+    assert p.stats.tier_gb_s == {}  # one scrape: no rate yet
+    now[0] += 0.5
+    p.scraped(scrape(2e9, 0.25e9))
+    assert p.stats.tier_gb_s == pytest.approx({"onboard G2": 2.0, "onboard G4": 0.5})
+    p.request_started()
+    p.request_done(True)
+    assert "onboard G2 2.00 GB/s, onboard G4 0.50 GB/s" in capsys.readouterr().err
