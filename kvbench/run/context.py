@@ -70,7 +70,8 @@ class Run:
             tap=self.progress.scraped,
         )
         after = getattr(getattr(scn.test, "between_phases", None), "base_url", None)
-        links = lab_link_interfaces(target.base_url, after)  # a lab target: its link's counters too
+        # a lab target: its link's counters too (no target: a pipeline test's fake client)
+        links = lab_link_interfaces(target.base_url, after) if target is not None else ()
         self.scraper = build_sampler(engine, scn.telemetry, rd.path, self.progress.log, links)
         self.error_counts: Counter[str] = Counter()
         self.records: list[RequestRecord] = []

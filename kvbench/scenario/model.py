@@ -75,7 +75,8 @@ class Scenario(Strict):
         if self.cluster.backend != "ray" and getattr(self.noise, "clients", 1) > 1:
             raise ValueError("noise.clients: more than one noise client needs cluster.backend: ray")
         problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
-        problem = problem or (self.slo and slo_problem(self.slo.bounds(), self.output.max_tokens, "slo:"))
+        if problem is None and self.slo is not None:
+            problem = slo_problem(self.slo.bounds(), self.output.max_tokens, "slo:")
         if problem:
             raise ValueError(problem)
         shared = self.prompts.shared_prefix_tokens
