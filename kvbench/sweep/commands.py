@@ -89,7 +89,7 @@ def sweep_cmd(
         found = read_state(resume)
         if found is None:
             raise UsageError(f"--resume {resume}: no sweep.json there")
-        flags = {"SCENARIO": scenario, "--over": over, "--set": set_values, "--slo": slo}
+        flags: dict[str, object] = {"SCENARIO": scenario, "--over": over, "--set": set_values, "--slo": slo}
         flags.update({"--search": search, "--mock-profile": mock_profile, "--base-url": base_url})
         flags["--tiers"] = tiers
         flags.update(zip(BASELINE_FLAGS, (baseline_url, baseline_set, baseline_offload_off), strict=True))
