@@ -26,10 +26,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-_IN = select.EPOLLIN
-_OUT = select.EPOLLOUT
-_READ = select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP
-_WRITE = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
+# Linux's values (sys/epoll.h), so this imports where select has no epoll (TX stamps are Linux-only)
+_IN = getattr(select, "EPOLLIN", 0x001)
+_OUT = getattr(select, "EPOLLOUT", 0x004)
+_ERR = getattr(select, "EPOLLERR", 0x008) | getattr(select, "EPOLLHUP", 0x010)
+_READ = _IN | _ERR
+_WRITE = _OUT | _ERR
 # by id(loop), held by whoever watches through one: a leaked poller cannot keep a closed loop alive
 _POLLERS: weakref.WeakValueDictionary[int, ErrPoller] = weakref.WeakValueDictionary()
 
@@ -122,16 +124,22 @@ class ErrPoller:
             cbs = cbs_of.get(fd)
             if cbs is None:
                 continue
+            # each callback on its own, as the loop runs them: one that raises is reported, the rest run
             if ev & _READ and cbs[0] is not None:
-                self._run(cbs[0])
+                try:
+                    cbs[0]()
+                except Exception as exc:
+                    self._report(fd, exc)
             if ev & _WRITE and cbs[1] is not None:  # read again: the reader may have removed it
-                self._run(cbs[1])
+                try:
+                    cbs[1]()
+                except Exception as exc:
+                    self._report(fd, exc)
 
-    def _run(self, callback: Callable[[], object]) -> None:
-        try:
-            callback()
-        except Exception as exc:  # as the loop does for its own callbacks: reported, the rest still run
-            self.loop.call_exception_handler({"message": f"exception in {callback!r}", "exception": exc})
+    def _report(self, fd: int, exc: Exception) -> None:
+        self.loop.call_exception_handler(
+            {"message": f"exception in a callback for fd {fd}", "exception": exc}
+        )
 
     def close(self) -> None:
         """Stop watching (no socket left): the loop lets go of the epoll's fd."""
