@@ -163,6 +163,11 @@ class PhaseEntry(Record):
         description="Load sent by Ray workers: each worker's node, concurrency, rows, state (lost?), "
         "requests lost in flight or never issued, clock offset to the driver.",
     )
+    hit_rate: dict[str, Any] | None = Field(
+        None,
+        description="prompts.reuse.hit_rate set: requested, expected (whole blocks) and measured hit ratios "
+        "(usage and /metrics), tolerance, requests off, hit_rate_off (kvbench/run/hit_rate.py).",
+    )
 
 
 class ColdStart(Record):

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbench.client.control import ControlClient
-from kvbench.errors import KvbenchError, TargetUnreachable
+from kvbench.errors import KvbenchError, TargetUnreachable, UsageError
 from kvbench.load.backends import RemoteLoadBackend
 from kvbench.load.prompts import Prompt
 from kvbench.load.schedule import WorkItem, work_items
 from kvbench.results import NOISE
 from kvbench.results.schema import Label, PhaseEntry
 from kvbench.run.context import Run, phase_entry, with_base
+from kvbench.run.hit_rate import Dial, check_phase, dial_for, fresh_suffix_salt
 from kvbench.scenario import Scenario, ThroughputSection
 
 RESTART_MOCK = "@restart-mock"
@@ -31,6 +32,7 @@ class PhasePlan:
     repetition: int = 0
     pair: int | None = None  # the quiet/noisy pair it belongs to (1-based)
     settle_s: float = 0.0  # noisy phases: pause once the noise runs (ramp-up) and after the phase (draining)
+    dial: str | None = None  # prompts.reuse.hit_rate: "prime" (prefixes) | "measure" (prefix + fresh suffix)
 
 
 def noisy_plan(test: ThroughputSection, rep: int, sfx: str) -> list[PhasePlan]:
@@ -77,7 +79,13 @@ def throughput_plan(scn: Scenario, restart: bool) -> list[PhasePlan]:
         if test.noisy.enabled:
             plans.extend(noisy_plan(test, rep, sfx))
         else:
-            plans.append(PhasePlan(f"cached{sfx}", Label.CACHED, "run", repetition=rep))
+            reuse = scn.prompts.reuse
+            primed = bool(reuse.hit_rate and reuse.prime)  # the prime keeps its salt for the measured phase
+            if primed:
+                plans.append(PhasePlan(f"prime{sfx}", Label.FILL, "run", repetition=rep, dial="prime"))
+            dialled = "measure" if reuse.hit_rate is not None else None
+            mode = "same" if primed else "run"
+            plans.append(PhasePlan(f"cached{sfx}", Label.CACHED, mode, repetition=rep, dial=dialled))
             if restart:
                 plans.append(PhasePlan(f"after-restart{sfx}", Label.PERSISTED, "keep", repetition=rep))
     return plans
@@ -91,6 +99,7 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
     salt = run.new_salt()
     results: list[PhaseEntry] = []
     fill_items = [WorkItem(i, i) for i in range(len(prompts))]
+    dial = dial_for(run)
     for plan in throughput_plan(scn, restart):
         if plan.salt_mode == "keep":
             await between_phases(run)
@@ -98,14 +107,19 @@ async def run_throughput(run: Run, prompts: list[Prompt]) -> None:
             salt = run.new_salt()
             await run.reset()
         phase_items = fill_items if plan.label == Label.FILL else items
-        results.append(await run_phase(run, plan, prompts, phase_items, salt))
+        results.append(await run_phase(run, plan, prompts, phase_items, salt, dial))
         if plan.settle_s:
             await asyncio.sleep(plan.settle_s)
     run.summary_lines = throughput_table(results)
 
 
 async def run_phase(
-    run: Run, plan: PhasePlan, prompts: list[Prompt], items: list[WorkItem], salt: str
+    run: Run,
+    plan: PhasePlan,
+    prompts: list[Prompt],
+    items: list[WorkItem],
+    salt: str,
+    dial: Dial | None = None,
 ) -> PhaseEntry:
     scn = run.scn
     run.progress.start_phase(plan.name, len(items))
@@ -115,6 +129,10 @@ async def run_phase(
     async def issue(item: WorkItem, scheduled_ns: int) -> None:
         prompt = prompts[item.prompt_id]
         text = texts[item.prompt_id] if texts is not None else prompt.with_salt(run.new_salt())
+        if dial is not None and plan.dial == "prime":
+            text = dial.prime_text(prompt, salt)
+        elif dial is not None and plan.dial == "measure":
+            text = dial.measured_text(prompt, salt, fresh_suffix_salt(run))
         await run.issue(
             phase=plan.name,
             label=plan.label,
@@ -128,6 +146,8 @@ async def run_phase(
     work: Any = issue
     backend = run.load_backend
     if isinstance(backend, RemoteLoadBackend):  # the requests are sent elsewhere (Ray workers)
+        if plan.dial:
+            raise UsageError("prompts.reuse.hit_rate: not with remote load workers yet")
         from kvbench.run.remote import RunPhase
 
         work = RunPhase(
@@ -158,6 +178,8 @@ async def run_phase(
         started = remote[-1].get("started_ns") or started
         ended = remote[-1].get("ended_ns") or ended
     extra: dict[str, Any] = {"pair": plan.pair} if plan.pair is not None else {}
+    if dial is not None and plan.dial == "measure":
+        extra["hit_rate"] = check_phase(run, dial, plan.name, plan.repetition, prompts, salt)
     entry = phase_entry(
         run,
         plan.name,

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from kvbench.scenario.cluster import ClusterSection
 from kvbench.scenario.load import Load, SequentialLoad
 from kvbench.scenario.noise import Noise, NoNoise
-from kvbench.scenario.sections import Cache, Output, Prompts, Strict, Target, Telemetry, flag
+from kvbench.scenario.sections import Cache, Output, Prompts, Strict, Target, Telemetry, flag, reuse_problem
 from kvbench.scenario.slo import Slo, slo_problem
 from kvbench.scenario.testtypes import SECTIONS, TestSection
 
@@ -77,6 +77,7 @@ class Scenario(Strict):
         problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
         if problem is None and self.slo is not None:
             problem = slo_problem(self.slo.bounds(), self.output.max_tokens, "slo:")
+        problem = problem or reuse_problem(self.prompts, self.test, self.load)
         if problem:
             raise ValueError(problem)
         shared = self.prompts.shared_prefix_tokens

@@ -138,6 +138,27 @@ class LengthRange(Strict):
         return self
 
 
+class Reuse(Strict):
+    hit_rate: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Share of each measured prompt's tokens that comes from a primed prefix (0..1); "
+        "the rest is a fresh suffix that can never hit. Absent: prompts repeat whole (the plain cached "
+        "phase).",
+    )
+    tolerance: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Accepted |measured - expected| hit ratio (absolute) before a phase is flagged "
+        "hit_rate_off.",
+    )
+    prime: bool = Field(
+        True, description="Send each primed prefix once, unmeasured, before the measured phase."
+    )
+
+
 class Prompts(Strict):
     count: int | None = Field(
         None,
@@ -166,6 +187,9 @@ class Prompts(Strict):
         ge=0,
         description="Accepted |actual - requested| prompt length, tokens (chat adds template overhead).",
     )
+    reuse: Reuse = Field(
+        default_factory=Reuse, description="The hit-rate dial: a primed prefix share per measured prompt."
+    )
 
     @field_validator("lengths")
     @classmethod
@@ -181,6 +205,20 @@ class Prompts(Strict):
 
     def max_length(self) -> int:
         return max(self.lengths) if isinstance(self.lengths, list) else self.lengths.max
+
+
+def reuse_problem(prompts: Prompts, test: Any, load: Any) -> str | None:
+    """Where the hit-rate dial cannot apply: it shapes the throughput test's one cached phase."""
+    if prompts.reuse.hit_rate is None:
+        return None
+    where = "prompts.reuse.hit_rate:"
+    if getattr(test, "kind", None) != "throughput":
+        return f"{where} only the throughput test has a measured cached phase to dial"
+    if test.noisy.enabled or test.between_phases.command or test.between_phases.base_url:
+        return f"{where} dials the plain cached phase; leave test.noisy and test.between_phases off"
+    if getattr(load, "workers", None):
+        return f"{where} not with load.workers yet (the measured texts are built per request here)"
+    return None
 
 
 # --- output, cache, noise ---------------------------------------------------------------------------
