@@ -207,6 +207,10 @@ async def _long_request() -> tuple[RequestRecord, dict[str, int], int]:
     """A 130k-token body to a server that waits before reading it: its last byte leaves while the
     loop waits (the body is far larger than what the socket buffers take unread)."""
     server = SERVER.replace("head, _, body = buf", f"time.sleep({READ_DELAY_S})\nhead, _, body = buf")
+    # a small receive buffer (inherited from the listener), whatever tcp_rmem says: most of the body
+    # waits in the client's send queue until the server reads
+    small = "lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536); lst.listen()"
+    server = server.replace("lst.listen()", small)
     proc = subprocess.Popen([sys.executable, "-c", server], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

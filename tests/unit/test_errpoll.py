@@ -105,7 +105,7 @@ def test_asyncio_loops_watch_themselves_and_others_share_one_poller():
     assert isinstance(first, errpoll.ErrPoller) and again is first and first.loop is loop
 
 
-async def test_pollerr_goes_to_reader_and_writer_and_a_failing_callback_spares_the_rest():
+async def test_readers_and_writers_run_and_a_failing_callback_spares_the_rest():
     loop = asyncio.get_running_loop()
     reported: list[BaseException] = []
     loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx["exception"]))
