@@ -28,7 +28,9 @@ errqueue.h for the values below, which Python's socket module does not export):
   reaches the reader as under asyncio.
 
 Measured on loopback (Linux 6.18, tests/unit/test_txstamp.py): the stamp is queued before send()
-returns, between the user stamp taken before the write and the server's receive stamp.
+returns, between the user stamp taken before the write and the server's receive stamp, when the
+receiver has room; a body the socket buffers cannot take unread is stamped when its last byte
+leaves, later, while the loop waits (tests/integration/test_kstamp_ttft.py, 130k tokens).
 Imports only errpoll from kvbench.
 """
 
