@@ -1,5 +1,5 @@
-"""The tier-cliff map: `--over working_set=8k,16k,...` on the ttft test, the tier boundaries the
-tiers' sizes predict, and where the warm request's serving tier actually changed.
+"""The tier-cliff map: `--over working_set=8k,16k,...` on the ttft or throughput test, the tier
+boundaries the tiers' sizes predict, and where the serving tier actually changed.
 
 The sizes come from the embedded mock's profile, from the server's adapter (vLLM's
 cache_config_info, llama.cpp's /props) and from `--tiers` (which wins); kvbench.sweep.tiers turns
@@ -12,6 +12,19 @@ every computed block through to every enabled tier, each an LRU of capacity_byte
 (kvbench/mock/cache.py), so the warm prompt comes from the fastest tier that holds the whole
 working set, and is recomputed beyond the largest. The boundary of a tier is its capacity in
 tokens: capacity_bytes / (KV bytes per token x block tokens), whole blocks, x block tokens.
+
+On the throughput test a point's working set W is prompts.count = ceil(W / L) distinct prompts
+of the one length L, and load.requests = PASSES x that count (each prompt used PASSES times,
+shuffled: `sampling: each_equally`). The cached phase starts from a reset cache, so each prompt's
+first use is a cold compute no tier can serve: the observation reads the repeats, leaving out a
+repeat sent while the same prompt's previous request was still in flight (it cannot hit yet).
+The mock promotes every hit into G1 (and G2), so a repeat comes from the fastest tier still
+holding it: every repeat from one tier while W fits in it, and past it the repeats whose reuse
+distance exceeds it from the next (about a tenth at 1.1 x the capacity, half at 2 x under the
+shuffled order). So the serving tier of a throughput point is the slowest tier (or recompute)
+that served at least MIN_SHARE of the repeats, not the one that served most (that
+would place each cliff near twice its capacity); the boundary is the same capacity as ttft's.
+On a real server: the repeats' hit ratio, the engine's tier counter of the cached phase.
 """
 
 from __future__ import annotations
@@ -40,14 +53,21 @@ MISS = "recompute"
 CACHED = "cached"  # a real server's hit whose tier it does not say (llama.cpp: slot or RAM cache)
 PARTIAL = "partial"  # a real server kept only part of the warm prompt: its tier already overflowed
 FULL_HIT = 0.9  # of the sweep's best hit ratio: below it a hit is PARTIAL
+PASSES = 3  # throughput: uses of each prompt in the cached phase (one cold, the rest repeats)
+MIN_SHARE = 0.05  # throughput: a tier serving this share of the repeats' tokens is the point's
+PHASE = {"ttft": "ttft", "throughput": "cached"}  # the phase whose engine counters name the tier
 
 
-def expand(assignment: dict[str, str], prompt_tokens: int) -> dict[str, str]:
-    """The real fields a working-set point sets: fillers for what the warm prompt does not fill."""
+def expand(assignment: dict[str, str], prompt_tokens: int, test: str = "ttft") -> dict[str, str]:
+    """The real fields a working-set point sets: ttft's fillers for what the warm prompt does not
+    fill; throughput's distinct prompts, each sent PASSES times."""
     out = {k: v for k, v in assignment.items() if k != WORKING_SET}
     if WORKING_SET not in assignment:
         return out
     ws = parse_tokens(assignment[WORKING_SET])
+    if test == "throughput":
+        count = -(-ws // prompt_tokens)
+        return {**out, "prompts.count": str(count), "load.requests": str(PASSES * count)}
     if ws < prompt_tokens:
         raise UsageError(
             f"--over working_set={assignment[WORKING_SET]}: below the prompt's own {prompt_tokens} tokens"
@@ -60,13 +80,20 @@ def expand(assignment: dict[str, str], prompt_tokens: int) -> dict[str, str]:
 
 
 def prompt_length(scn: Any) -> int:
-    """The one fixed prompt length a working-set sweep needs (the ttft test, one length)."""
+    """The one fixed prompt length a working-set sweep needs (the ttft or throughput test)."""
     lengths = scn.prompts.lengths
-    if scn.test_name != "ttft" or not isinstance(lengths, list) or len(lengths) != 1:
+    if scn.test_name not in PHASE or not isinstance(lengths, list) or len(lengths) != 1:
         raise UsageError(
-            "--over working_set: needs the ttft test with one prompt length "
+            "--over working_set: needs the ttft or throughput test with one prompt length "
             "(e.g. kvbench sweep ttft --set prompts.lengths=[4000] --over working_set=8k,32k)"
         )
+    if scn.test_name == "throughput":
+        test = scn.test
+        if test.noisy.enabled or scn.prompts.reuse.hit_rate is not None or scn.load.kind == "sequential":
+            raise UsageError(
+                "--over working_set: the throughput test needs its plain cached phase under a "
+                "concurrent or rate load (no test.noisy, no prompts.reuse.hit_rate)"
+            )
     return int(lengths[0])
 
 
@@ -175,8 +202,53 @@ def serving_tier(run_dir: Path, label_rows: list[dict[str, Any]]) -> str | None:
     return counted_tier(run_dir) or CACHED
 
 
-def counted_tier(run_dir: Path) -> str | None:
-    """The tier the engine's tier counter credits with most of the ttft phase's hits (its cold and
+def repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Throughput rows that could hit: a prompt's later uses, each sent after its previous use
+    ended (a first use is cold; one sent while the previous was in flight finds nothing yet)."""
+    ended: dict[int, int] = {}
+    out = []
+    for r in sorted(rows, key=lambda r: r.get("sent_ns") or 0):
+        pid, sent = r.get("prompt_id"), r.get("sent_ns")
+        if pid in ended and sent is not None and ended[pid] <= sent:
+            out.append(r)
+        if pid is not None and r.get("end_ns") is not None:
+            ended[pid] = max(ended.get(pid, 0), r["end_ns"])
+    return out
+
+
+def repeat_shares(run_dir: Path, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each tier's (and recompute's) share of the repeats, from the mock's truth: a repeat counts
+    for the tier that served most of its prompt, or recompute under half (so a prompt's tail that
+    no block holds does not count as a miss, however short the prompt)."""
+    wanted = {r["request_id"] for r in rows}
+    counts = dict.fromkeys([*TIERS, MISS], 0)
+    for t in read_jsonl(run_dir / "mock_ground_truth.jsonl"):
+        if t.get("request_id") in wanted and t.get("status") == "ok":
+            by_tier = t.get("tokens_from_tier") or {}
+            hit = 2 * int(t.get("cached_tokens") or 0) >= int(t["prompt_tokens"])
+            counts[max(TIERS, key=lambda k: by_tier.get(k, 0)) if hit else MISS] += 1
+    total = sum(counts.values())
+    return {k: v / total for k, v in counts.items()} if total else {}
+
+
+def throughput_tier(run_dir: Path, rows: list[dict[str, Any]]) -> str | None:
+    """The cached phase's serving tier: the slowest tier (or recompute) serving MIN_SHARE of the
+    repeats (the mock's truth); on a real server as serving_tier does, on the
+    repeats and the cached phase's counters."""
+    again = [r for r in repeats(rows) if r.get("status") == "ok"]
+    if not again:
+        return None
+    if (run_dir / "mock_ground_truth.jsonl").exists():
+        shares = repeat_shares(run_dir, again)
+        return next((k for k in [MISS, *TIERS[::-1]] if shares.get(k, 0.0) >= MIN_SHARE), None)
+    share = hit_ratio(again)
+    if share is None:
+        return None
+    return MISS if share < 0.5 else counted_tier(run_dir, PHASE["throughput"]) or CACHED
+
+
+def counted_tier(run_dir: Path, phase: str = "ttft") -> str | None:
+    """The tier the engine's tier counter credits with most of the phase's hits (ttft's cold and
     fillers are salted: the warm request is the phase's one hit)."""
     from kvbench.engines.adapters import get_adapter
     from kvbench.errors import KvbenchError
@@ -189,7 +261,7 @@ def counted_tier(run_dir: Path) -> str | None:
     except (KvbenchError, OSError, ValueError):
         return None
     by_tier: dict[str, float] = {}
-    for label, tokens in adapter.tier_hits(deltas.get("ttft") or {}).items():
+    for label, tokens in adapter.tier_hits(deltas.get(phase) or {}).items():
         tier = adapter.tier_of_source.get(label, label if label in TIERS else "")
         if tier and tokens > 0:
             by_tier[tier] = by_tier.get(tier, 0.0) + tokens
@@ -228,17 +300,19 @@ def cliff_figures(
     run_dir: Path, assignment: dict[str, str], scn: Any, metrics: dict[str, Any]
 ) -> dict[str, Any]:
     """A working-set point's own figures: the working set sent, the tier that served the warm
-    prompt, and the tier the mock's profile predicts (a server's: set by cliff_summary)."""
+    prompt (throughput: the cached phase's repeats), and the tier the mock's profile predicts (a
+    server's: set by cliff_summary)."""
     from kvbench.results import REQUESTS
 
     length = prompt_length(scn)
     ws = effective_working_set(parse_tokens(assignment[WORKING_SET]), length)
     rows = [r for r in read_jsonl(run_dir / REQUESTS) if r.get("label") == metrics.get("label")]
     boundaries, _ = predicted_boundaries(scn) if scn.target.base_url is None else ([], "")
+    tier = throughput_tier(run_dir, rows) if scn.test_name == "throughput" else serving_tier(run_dir, rows)
     return {
         "engine": load_record(run_dir).manifest.target.engine,  # named or detected
         "working_set_tokens": ws,
-        "serving_tier": serving_tier(run_dir, rows),
+        "serving_tier": tier,
         "tier_seen_by": "mock ground truth" if (run_dir / "mock_ground_truth.jsonl").exists() else "server",
         "predicted_tier": predicted_tier(ws, boundaries) if boundaries else None,
     }

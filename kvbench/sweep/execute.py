@@ -59,7 +59,7 @@ class Sweep:
         try:
             if WORKING_SET in assignment:
                 base, _ = load_scenario(self.plan.scenario, dict(overrides))
-                assignment = expand(assignment, prompt_length(base))
+                assignment = expand(assignment, prompt_length(base), base.test_name)
             overrides.update({k: Raw(v) for k, v in assignment.items()})
             if baseline is not None:
                 overrides.update(baseline_overrides(baseline))

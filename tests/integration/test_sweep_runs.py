@@ -132,6 +132,35 @@ def test_cliff_map_finds_each_tier_where_its_capacity_says(kvbench, tmp_path):
     assert "| G3 -> G4 | 8,192 |" in (out / "summary.md").read_text()
 
 
+def test_throughput_cliff_map_finds_each_tier_where_its_capacity_says(kvbench, tmp_path):
+    """The throughput test's working sets: 3 to 40 distinct 512-token prompts, each sent PASSES
+    times shuffled at 4 connections; the repeats' serving tier read from the mock's ground truth."""
+    out = tmp_path / "tput-cliff"
+    args = ["sweep", "throughput", "--mock-profile", "laptop", "--set", SMALL_TIERS]
+    args += ["--set", "prompts.lengths=[512]", "--set", "load.concurrency=4"]
+    args += ["--over", "working_set=1536,3072,6144,12288,20480", "--quiet", "--out", str(out)]
+    code, _, err = kvbench(*args)
+    assert code == 0, err
+    state = json.loads((out / "sweep.json").read_text())
+    cliff = state["cliff"]
+    assert [(b["tier"], b["tokens"]) for b in cliff["boundaries"]] == [
+        ("G1", 2048), ("G2", 4096), ("G3", 8192), ("G4", 16384),
+    ]  # fmt: skip
+    served = [p["metrics"]["serving_tier"] for p in state["points"]]
+    assert served == [p["metrics"]["predicted_tier"] for p in state["points"]], served
+    assert [row["tier"] for row in cliff["table"]] == ["G1", "G2", "G3", "G4"]
+    assert all(row["within_one_step"] for row in cliff["table"]), cliff["table"]
+    assert {p["metrics"]["label"] for p in state["points"]} == {"cached"}
+    runs = [out / p["run_dir"] for p in state["points"]]
+    counts = [
+        len({r["prompt_id"] for r in read_jsonl(d / "requests.jsonl") if r["label"] == "cached"})
+        for d in runs
+    ]
+    assert counts == [3, 6, 12, 24, 40]  # ceil(working set / 512) distinct prompts
+    assert all(p["metrics"]["ttft_p99_ms"] >= p["metrics"]["ttft_p50_ms"] for p in state["points"])
+    assert (out / "sweep_cliff.png").stat().st_size > 10_000
+
+
 def test_goodput_search_lands_within_one_step_of_the_modelled_capacity(kvbench, tmp_path):
     """ci's GPU shares prefill between the requests on it: c uncached 20k-token prompts started
     together each see about c prefill times of TTFT. The SLO sits between the model's TTFT at

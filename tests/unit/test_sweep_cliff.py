@@ -60,10 +60,72 @@ def test_a_disabled_or_smaller_tier_never_serves():
     assert [(b.tier, b.next_tier) for b in boundaries] == [("G1", "G3"), ("G3", "recompute")]
 
 
-def test_working_set_sweeps_need_the_ttft_test_with_one_length():
-    scn, _ = load_scenario("throughput", {})
-    with pytest.raises(UsageError, match="needs the ttft test"):
+def test_working_set_sweeps_need_the_ttft_or_throughput_test_with_one_length():
+    scn, _ = load_scenario("throughput", {})  # its prompts are a range of lengths
+    with pytest.raises(UsageError, match="needs the ttft or throughput test with one prompt length"):
         prompt_length(scn)
+    with pytest.raises(UsageError, match="needs the ttft or throughput test"):
+        prompt_length(load_scenario("sessions", {})[0])
+    one = {"prompts.lengths": Raw("[512]")}
+    assert prompt_length(load_scenario("throughput", one)[0]) == 512
+    noisy = {**one, "test.noisy.enabled": Raw("true")}
+    with pytest.raises(UsageError, match="plain cached phase"):
+        prompt_length(load_scenario("throughput", noisy)[0])
+
+
+def test_a_throughput_working_set_is_distinct_prompts_each_sent_passes_times():
+    from kvbench.sweep.cliff import PASSES
+
+    # 1,200 tokens of 512-token prompts: 3 prompts (1,536 tokens sent), each used PASSES times
+    assert expand({"working_set": "1200", "load.concurrency": "2"}, 512, "throughput") == {
+        "load.concurrency": "2",
+        "prompts.count": "3",
+        "load.requests": str(3 * PASSES),
+    }
+    assert expand({"working_set": "100"}, 512, "throughput")["prompts.count"] == "1"
+    assert effective_working_set(1200, 512) == 1536 and effective_working_set(100, 512) == 512
+
+
+def _row(rid, pid, sent, end):
+    return {"request_id": rid, "prompt_id": pid, "sent_ns": sent, "end_ns": end, "status": "ok"}
+
+
+def test_throughput_repeats_leave_out_first_uses_and_ones_sent_in_flight():
+    from kvbench.sweep.cliff import repeats
+
+    rows = [_row("a", 0, 0, 10), _row("b", 1, 1, 5), _row("c", 1, 3, 8), _row("d", 0, 11, 20)]
+    rows.append(_row("e", 1, 9, 12))  # after c ended (8): a repeat; c was sent while b ran
+    assert [r["request_id"] for r in repeats(rows)] == ["e", "d"]
+
+
+def test_a_throughput_point_is_served_by_the_slowest_tier_with_a_share(tmp_path):
+    import json
+
+    from kvbench.sweep.cliff import MIN_SHARE, throughput_tier
+
+    def truth(rid, g1, g2, computed):
+        by_tier = {"G1": g1, "G2": g2, "G3": 0, "G4": 0}
+        t = {"request_id": rid, "status": "ok", "prompt_tokens": g1 + g2 + computed}
+        return {**t, "cached_tokens": g1 + g2, "tokens_from_tier": by_tier}
+
+    def tier(repeat_truth):
+        first = truth("r0", 0, 0, 512)  # the cold first use: all computed, and not counted
+        lines = [json.dumps(t) for t in [first, *repeat_truth]]
+        (tmp_path / "mock_ground_truth.jsonl").write_text("\n".join(lines) + "\n")
+        rows = [_row("r0", 0, 0, 1)] + [_row(t["request_id"], 0, 2 + 2 * i, 3 + 2 * i) for i, t in
+                                       enumerate(repeat_truth)]  # fmt: skip
+        return throughput_tier(tmp_path, rows)
+
+    assert tier([truth("r1", 496, 0, 16), truth("r2", 496, 0, 16)]) == "G1"  # the tail block is computed
+    assert tier([truth("r1", 48, 0, 16)]) == "G1"  # a short prompt's computed tail is no miss
+    # G1 served most, but a tenth came from G2: the set already passed G1
+    g1 = [truth(f"r{i}", 496, 0, 16) for i in range(1, 10)]
+    assert tier([*g1, truth("r10", 0, 496, 16)]) == "G2"
+    few = int(1 / MIN_SHARE) + 1  # one G2 repeat among more than 1 / MIN_SHARE is below the share
+    assert tier([truth(f"r{i}", 496, 0, 16) for i in range(1, few + 1)] + [truth("r0x", 0, 496, 16)]) == "G1"
+    assert tier([truth("r1", 0, 0, 512), truth("r2", 0, 496, 16)]) == "recompute"
+    assert tier([truth("r1", 200, 0, 312)]) == "recompute"  # under half cached: recomputed
+    assert tier([]) is None
 
 
 def test_observed_cliffs_are_placed_between_sweep_points():
