@@ -212,6 +212,31 @@ class TtftStep(Record):
     restore_client_ms: float | None = Field(None, description="slot_file: restore call, end to end.")
 
 
+class MockPhaseLateness(Record):
+    """One phase's embedded-mock lateness (kvbench.report.mock_lateness computes it)."""
+
+    phase: str = Field(description="Phase name.")
+    requests: int = Field(description="Requests of the phase found in the mock's ground truth.")
+    late_ms_mean: float = Field(
+        description="Mean of how much later than its model each first token was ready, ms."
+    )
+    late_ms_p99: float = Field(description="p99 of that lateness, ms.")
+    modelled_ttft_ms_mean: float = Field(
+        description="Mean modelled TTFT (the mock's TTFT less its lateness), ms."
+    )
+    share: float = Field(description="late_ms_mean / modelled_ttft_ms_mean.")
+    exceeded: bool = Field(description="share > threshold_share (never for the cold-start probes).")
+
+
+class MockLateness(Record):
+    """The embedded mock's own lateness per phase: where it exceeded threshold_share, that phase's
+    TTFT is partly the machine running the mock, not the model (set at the end of a mock run)."""
+
+    threshold_share: float = Field(description="Share of a phase's modelled TTFT above which it is flagged.")
+    phases: list[MockPhaseLateness] = Field(description="One entry per phase the ground truth covers.")
+    exceeded_phases: list[str] = Field(description="The flagged phases' names (probes never).")
+
+
 class ClockInfo(Record):
     """Where the timed requests' receive times came from: the kernel's RX stamps or the event loop."""
 
@@ -291,6 +316,9 @@ class Manifest(Record):
         None, description="Which clock the timed requests' receive times came from (set at the end)."
     )
     clock: ClockInfo | None = Field(None, description="The receive clock in detail (set at the end).")
+    mock_lateness: MockLateness | None = Field(
+        None, description="Embedded mock only: its own lateness per phase, flagged above a stated share."
+    )
 
     def to_json_dict(self) -> dict[str, Any]:
         """The dict written to manifest.json (optional sections absent until known)."""

@@ -47,6 +47,7 @@ from kvbench.results.schema import (
 )
 from kvbench.run.context import Run, RunOptions
 from kvbench.run.limits import check_cluster_room, ensure_open_files
+from kvbench.run.mock_lateness_record import record_mock_lateness
 from kvbench.run.names import check_names
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
@@ -173,6 +174,9 @@ async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> Ru
         if closer is not None:
             stack.push_async_callback(closer)
         await run_plan(run)
+    note = record_mock_lateness(run)  # the mock has stopped: its ground truth is whole
+    if note:
+        run.summary_lines.append(note)
     return outcome(run)
 
 

@@ -36,3 +36,25 @@ async def test_lateness_and_cpu_are_recorded(tmp_path: Path) -> None:
     assert modelled_ms >= 0
     (p,) = phase_lateness([{"request_id": cold["request_id"], "phase": "x"}], [cold])
     assert p.exceeded  # the report would warn: this TTFT is the machine, not the model
+
+
+async def test_a_run_records_the_mocks_lateness_in_its_manifest(tmp_path: Path) -> None:
+    """A run at a pace no machine can keep (the model's prefill ~µs) flags its measured phases in
+    the manifest and says so in its summary lines; the cold-start probes are listed, never flagged."""
+    from kvbench.results import read_manifest
+    from kvbench.run.context import RunOptions
+    from kvbench.run.runner import run_scenario
+    from kvbench.scenario import load_scenario
+
+    overrides = {"prompts.lengths": [8000], "output.max_tokens": 2}
+    scn, _ = load_scenario("ttft", {**overrides, "target.mock_overrides": {"time_scale": 1e-6}})
+    out = await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
+    assert out.exit_code == 0
+    lateness = read_manifest(out.run_dir)["mock_lateness"]
+    assert lateness["threshold_share"] == 0.10
+    by_phase = {p["phase"]: p for p in lateness["phases"]}
+    assert "probe" in by_phase and not by_phase["probe"]["exceeded"]
+    measured = [p for name, p in by_phase.items() if name != "probe"]
+    assert measured and all(p["exceeded"] and p["share"] > 0.10 for p in measured)
+    assert set(lateness["exceeded_phases"]) == {p["phase"] for p in measured}
+    assert any("mock's own lateness" in line for line in out.summary_lines)
