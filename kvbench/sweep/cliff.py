@@ -24,7 +24,9 @@ distance exceeds it from the next (about a tenth at 1.1 x the capacity, half at 
 shuffled order). So the serving tier of a throughput point is the slowest tier (or recompute)
 that served at least MIN_SHARE of the repeats, not the one that served most (that
 would place each cliff near twice its capacity); the boundary is the same capacity as ttft's.
-On a real server: the repeats' hit ratio, the engine's tier counter of the cached phase.
+On a real server: the repeats' hit ratio, the engine's tier counter of the cached phase. Keep
+load.concurrency well under the prompt count: at or above it every repeat is sent while its
+previous use is in flight, and the point has no serving tier (None, left out of the table).
 """
 
 from __future__ import annotations

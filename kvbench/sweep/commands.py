@@ -20,6 +20,8 @@ SWEEP_HELP = """Run a scenario at each value of one or two fields, or search a l
         --slo ttft_p99_ms=500 --attainment 0.9
   kvbench sweep --resume results/sweep-...     continue at the first point not complete
   kvbench sweep throughput --over load.concurrency=1,4 --baseline-offload-off   + arm B, offload off
+  kvbench sweep throughput --mock-profile laptop --set 'prompts.lengths=[4000]' \\
+        --set load.concurrency=4 --over working_set=8k,16k,32k,64k,128k      tier-cliff map
 
 Each point is a full run (its own verified cold start) in SWEEP_DIR/points/<i>-<field=value>/;
 SWEEP_DIR holds sweep.json, summary.csv/.parquet/.md and plots. A one-field load grid stops once

@@ -135,9 +135,10 @@ TIER_COLOURS = {
 TIER_WORDS = {"recompute": "recomputed", "cached": "cached (tier not reported)", "partial": "partly cached"}
 
 
-def draw_cliff(ax: Any, rows: list[dict[str, Any]], cliff: dict[str, Any]) -> None:
+def draw_cliff(ax: Any, rows: list[dict[str, Any]], cliff: dict[str, Any], what: str = "warm") -> None:
     """Warm TTFT p50 (and p99, dotted) against working set, each point coloured by the tier that
-    served it, the warm prompt's hit ratio on the right axis, the predicted boundaries dashed."""
+    served it, the warm prompt's hit ratio on the right axis, the predicted boundaries dashed
+    (`what`: "cached-phase" on the throughput test, whose whole cached phase is measured)."""
     pts = sorted((r for r in rows if r.get("working_set_tokens")), key=lambda r: r["working_set_tokens"])
     xs = [r["working_set_tokens"] for r in pts]
     ax.plot(xs, [r["ttft_p50_ms"] for r in pts], "-", color="grey", alpha=0.5)
@@ -171,11 +172,13 @@ def draw_cliff(ax: Any, rows: list[dict[str, Any]], cliff: dict[str, Any]) -> No
         twin = ax.twinx()
         twin.plot([h[0] for h in hits], [h[1] for h in hits], "x-", color="black", alpha=0.35)
         twin.set_ylim(-0.05, 1.05)
-        twin.set_ylabel("warm hit ratio (x, black)")
+        twin.set_ylabel(f"{what} hit ratio (x, black)")
     if xs and max(xs) > 20 * min(xs):  # a few points over a small range read better on a linear axis
         ax.set_xscale("log")
-    ax.set_xlabel("working set (tokens the warm prompt must survive)")
-    ax.set_ylabel("warm TTFT (ms): p50 dots, p99 dotted")
+    ax.set_xlabel(
+        "working set (tokens the warm prompt must survive)" if what == "warm" else "working set (tokens)"
+    )
+    ax.set_ylabel(f"{what} TTFT (ms): p50 dots, p99 dotted")
     source = str(cliff.get("source") or "")
     ax.set_title(
         "Tier-cliff map: serving tier per point, predicted boundaries (dashed)\n"
@@ -205,7 +208,9 @@ def write_plots(sweep_dir: Path, state: SweepState) -> list[Path]:
             ("sweep_attainment.png", lambda ax: draw_attainment(ax, groups, fields[0], plan.attainment))
         )
     if state.cliff:
-        jobs.append(("sweep_cliff.png", lambda ax: draw_cliff(ax, rows, state.cliff or {})))
+        cached = any((p.metrics or {}).get("label") == "cached" for p in state.points)
+        what = "cached-phase" if cached else "warm"
+        jobs.append(("sweep_cliff.png", lambda ax: draw_cliff(ax, rows, state.cliff or {}, what)))
     written = []
     for name, draw in jobs:
         fig, ax = plt.subplots(figsize=(7, 4.5))
