@@ -311,7 +311,12 @@ def cliff_figures(
     rows = [r for r in read_jsonl(run_dir / REQUESTS) if r.get("label") == metrics.get("label")]
     boundaries, _ = predicted_boundaries(scn) if scn.target.base_url is None else ([], "")
     tier = throughput_tier(run_dir, rows) if scn.test_name == "throughput" else serving_tier(run_dir, rows)
+    extra = {}
+    if scn.test_name == "throughput":  # the phase's hit ratio counts its cold first uses too
+        again = repeats(rows)
+        extra = {"repeats": len(again), "repeat_hit_ratio": hit_ratio(again)}
     return {
+        **extra,
         "engine": load_record(run_dir).manifest.target.engine,  # named or detected
         "working_set_tokens": ws,
         "serving_tier": tier,

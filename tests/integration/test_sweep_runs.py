@@ -158,6 +158,9 @@ def test_throughput_cliff_map_finds_each_tier_where_its_capacity_says(kvbench, t
     ]
     assert counts == [3, 6, 12, 24, 40]  # ceil(working set / 512) distinct prompts
     assert all(p["metrics"]["ttft_p99_ms"] >= p["metrics"]["ttft_p50_ms"] for p in state["points"])
+    first, last = state["points"][0]["metrics"], state["points"][-1]["metrics"]
+    assert first["repeats"] > 0 and first["repeat_hit_ratio"] > 0.9  # in G1: every repeat hits
+    assert last["repeat_hit_ratio"] < first["repeat_hit_ratio"]  # past G4: some repeats recomputed
     assert (out / "sweep_cliff.png").stat().st_size > 10_000
 
 
