@@ -33,3 +33,23 @@ def run_cli(monkeypatch, capsys):
         return exc.value.code, out.out, out.err
 
     return run
+
+
+@pytest.fixture
+def kvbench(monkeypatch, capsys):
+    """`kvbench ARGS...` in this process: (exit code, stdout, stderr); 0 when the command returns
+    without SystemExit (a run or sweep that succeeded), unlike run_cli, which expects an exit."""
+
+    def run(*args: str) -> tuple[object, str, str]:
+        from kvbench.cli import main
+
+        monkeypatch.setattr(sys, "argv", ["kvbench", *args])
+        code: object = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code or 0
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

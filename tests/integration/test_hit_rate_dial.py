@@ -3,7 +3,6 @@ by the mock's ground truth, usage and /metrics; a dial that cannot be met is fla
 sweeps (`kvbench sweep throughput --over prompts.reuse.hit_rate=...`)."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,25 +16,6 @@ SMALL = [
     "--set", "load.requests=8", "--set", "load.concurrency=2", "--quiet",
 ]  # fmt: skip
 BLOCK = 16  # the ci profile's block_tokens
-
-
-@pytest.fixture
-def kvbench(monkeypatch, capsys):
-    """`kvbench ARGS...` in this process: (exit code, stdout, stderr); 0 when it returns."""
-
-    def run(*args: str) -> tuple[object, str, str]:
-        from kvbench.cli import main
-
-        monkeypatch.setattr(sys, "argv", ["kvbench", *args])
-        code: object = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 def only_run(out: Path) -> Path:

@@ -24,25 +24,6 @@ ARGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def kvbench(monkeypatch, capsys):
-    def run(*args: str) -> tuple[object, str, str]:
-        import sys
-
-        from kvbench.cli import main
-
-        monkeypatch.setattr(sys, "argv", ["kvbench", *args])
-        code: object = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
-
-
 def warm_truth(run_dir: Path) -> dict:
     """The mock's ground truth of the measured warm request (the one after the fillers)."""
     ids = {r["request_id"] for r in read_jsonl(run_dir / "requests.jsonl") if r["label"] == "evicted-warm"}

@@ -3,7 +3,6 @@ checked against the mock's model and ground truth, then `kvbench report` on the 
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,25 +17,6 @@ ARGS = [
     "--over", "load.concurrency=1,2,4", "--slo", "ttft_p99_ms=5000",
     "--no-stop-at-saturation", "--quiet",
 ]  # fmt: skip
-
-
-@pytest.fixture
-def kvbench(monkeypatch, capsys):
-    """`kvbench ARGS...` in this process: (exit code, stdout, stderr); 0 when it returns."""
-
-    def run(*args: str) -> tuple[object, str, str]:
-        from kvbench.cli import main
-
-        monkeypatch.setattr(sys, "argv", ["kvbench", *args])
-        code: object = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 def measured_truth(run_dir: Path) -> list[dict]:
