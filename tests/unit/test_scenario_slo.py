@@ -76,26 +76,10 @@ def test_search_goodput_accepts_the_scenarios_slo(tmp_path):
     assert plan.search is not None and plan.slo == {"ttft_p99_ms": 300.0}
 
 
-def kvbench(monkeypatch, capsys, *args: str) -> tuple[object, str, str]:
-    """`kvbench ARGS...` in this process, a command that may return without SystemExit."""
-    import sys
-
-    from kvbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["kvbench", *args])
-    code: object = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 @pytest.mark.slow
-def test_a_runs_report_shows_attainment_against_the_scenarios_slo(monkeypatch, capsys, tmp_path):
+def test_a_runs_report_shows_attainment_against_the_scenarios_slo(kvbench, tmp_path):
     def run_cli(*args: str) -> tuple[object, str, str]:
-        return kvbench(monkeypatch, capsys, *args)
+        return kvbench(*args)
 
     # a TTFT bound between the fastest and slowest request: some good, some not, counted from rows
     path = scenario_file(tmp_path, "slo: {ttft_p99_ms: 1000000}")

@@ -34,25 +34,10 @@ def write_sweep(path, field, values, scale, scenario="throughput", slo=None, bas
     return path
 
 
-def kvbench(monkeypatch, capsys, *args):
-    import sys
-
-    from kvbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["kvbench", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_points_match_by_value_and_changes_are_b_against_a(tmp_path, monkeypatch, capsys):
+def test_points_match_by_value_and_changes_are_b_against_a(tmp_path, kvbench):
     a = write_sweep(tmp_path / "a", "load.concurrency", ["1", "2", "4"], scale=10.0)
     b = write_sweep(tmp_path / "b", "load.concurrency", ["2", "4", "8"], scale=15.0)
-    code, out, err = kvbench(monkeypatch, capsys, "compare", str(a), str(b), "-o", str(tmp_path / "c"))
+    code, out, err = kvbench("compare", str(a), str(b), "-o", str(tmp_path / "c"))
     assert code == 0 and err == "", err
     data = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert [p["point"] for p in data["points"]] == ["load.concurrency=2", "load.concurrency=4"]
@@ -67,12 +52,12 @@ def test_points_match_by_value_and_changes_are_b_against_a(tmp_path, monkeypatch
     )
 
 
-def test_different_fields_scenarios_and_slos_are_warned_about(tmp_path, monkeypatch, capsys):
+def test_different_fields_scenarios_and_slos_are_warned_about(tmp_path, kvbench):
     a = write_sweep(tmp_path / "a", "load.concurrency", ["1", "2"], scale=10.0)
     b = write_sweep(
         tmp_path / "b", "prompts.count", ["1", "2"], 10.0, scenario="ttft", slo={"e2e_p99_ms": 9.0}
     )
-    code, _, err = kvbench(monkeypatch, capsys, "compare", str(a), str(b), "-o", str(tmp_path / "c"), "-q")
+    code, _, err = kvbench("compare", str(a), str(b), "-o", str(tmp_path / "c"), "-q")
     assert code == 0
     lines = err.strip().splitlines()
     assert len(lines) == 3 and all(x.startswith("compare: warning: ") for x in lines)
@@ -98,21 +83,21 @@ def test_two_armed_sweeps_match_arm_by_arm(tmp_path):
     assert points[1]["point"] == "load.concurrency=1 (baseline)"
 
 
-def test_a_sweep_compares_with_a_sweep_only(tmp_path, monkeypatch, capsys):
+def test_a_sweep_compares_with_a_sweep_only(tmp_path, kvbench):
     a = write_sweep(tmp_path / "a", "load.concurrency", ["1"], scale=10.0)
     run = tmp_path / "run"
     run.mkdir()
-    code, _, err = kvbench(monkeypatch, capsys, "compare", str(a), str(run), "-o", str(tmp_path / "c"))
+    code, _, err = kvbench("compare", str(a), str(run), "-o", str(tmp_path / "c"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "sweep with sweep" in err
-    code, _, err = kvbench(monkeypatch, capsys, "compare", str(a), str(a), str(a), "-o", str(tmp_path / "c"))
+    code, _, err = kvbench("compare", str(a), str(a), str(a), "-o", str(tmp_path / "c"))
     assert code == 2 and "two at a time" in err
 
 
-def test_report_on_a_sweep_rewrites_its_table_and_plots_from_sweep_json(tmp_path, monkeypatch, capsys):
+def test_report_on_a_sweep_rewrites_its_table_and_plots_from_sweep_json(tmp_path, kvbench):
     import csv
 
     a = write_sweep(tmp_path / "a", "load.concurrency", ["1", "2"], scale=10.0, baseline=True)
-    code, out, err = kvbench(monkeypatch, capsys, "report", str(a))
+    code, out, err = kvbench("report", str(a))
     assert code == 0, err
     with (a / "summary.csv").open() as f:
         rows = list(csv.DictReader(f))
