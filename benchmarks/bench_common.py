@@ -36,12 +36,31 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def core_plan() -> tuple[list[int] | None, list[int] | None]:
-    """(server cores, client cores): different cores where there are two or more."""
+def core_plan(server: str = "", client: str = "") -> tuple[list[int] | None, list[int] | None]:
+    """(server cores, client cores): different cores where there are two or more. `server` and
+    `client` ("0", "1-3", "1,4"): chosen by hand (a bigger box gives the client a core per load
+    worker); otherwise the first core serves and the second runs the client."""
+    if server or client:
+        s, c = parse_cores(server or "0"), parse_cores(client or "1")
+        if set(s) & set(c):
+            raise SystemExit(f"--server-cores {server} and --client-cores {client} overlap")
+        missing = sorted((set(s) | set(c)) - os.sched_getaffinity(0))
+        if missing:
+            raise SystemExit(f"cores {missing} are not available to this process")
+        return s, c
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return None, None
     return [cores[0]], [cores[1]]
+
+
+def parse_cores(text: str) -> list[int]:
+    """ "1-3,6" -> [1, 2, 3, 6] (taskset's list syntax)."""
+    out: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return sorted(set(out))
 
 
 def pinned(cmd: list[str], cores: list[int] | None) -> list[str]:

@@ -23,13 +23,25 @@ from __future__ import annotations
 
 from typing import Any
 
-LOCAL_WORKERS = {"kvbench_lw1": 1, "kvbench_lw2": 2}  # tool: load.workers
+LOCAL_WORKERS = {"kvbench_lw1": 1, "kvbench_lw2": 2}  # tool: load.workers (--workers changes it)
 TARGET_P99_MS = 3.0  # the issue's done-when: 256 connections through 2 local workers, p99 <= 3 ms
+PIN = {"on": False}  # --pin-workers: load.pin (worker i on the i-th client core)
+
+
+def configure(counts: list[int], pin: bool) -> None:
+    """The worker counts to compare with the single process (`--workers 1,2,4`), and whether each
+    worker gets a client core of its own (`--pin-workers`: needs --client-cores with K+1 cores)."""
+    LOCAL_WORKERS.clear()
+    LOCAL_WORKERS.update({f"kvbench_lw{k}": k for k in sorted(set(counts))})
+    PIN["on"] = pin
 
 
 def local_sets(tool: str) -> dict[str, object]:
     """The scenario keys that send a kvbench run's load from this tool's local worker processes."""
-    return {"load.workers": LOCAL_WORKERS[tool]}
+    sets: dict[str, object] = {"load.workers": LOCAL_WORKERS[tool]}
+    if PIN["on"]:
+        sets["load.pin"] = True
+    return sets
 
 
 def lw_cases(bench: Any, capacity_requests: int) -> dict[str, Any]:
@@ -58,6 +70,7 @@ def lw_summary(res: dict[str, Any]) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {"p99_ms_2_workers": load["kvbench_lw2"]["median"]["error_p99_ms"]}
     out["met_p99"] = out["p99_ms_2_workers"] <= TARGET_P99_MS
+    out["pinned"] = PIN["on"]
     if cap:
         local = cap["kvbench"]["median"]["req_s"]
         out["capacity_ratio"] = {t: cap[t]["median"]["req_s"] / local for t in LOCAL_WORKERS if t in cap}
@@ -73,18 +86,26 @@ def lw_markdown(res: dict[str, Any]) -> str:
     if not s:
         return ""
     load, cap = res["lw_load256"], res.get("lw_capacity") or {}
-    cores = (res.get("machine") or {}).get("client_cores")
+    machine = res.get("machine") or {}
+    cores, server = machine.get("client_cores"), machine.get("server_cores")
+    workers = [t for t in load if t != "kvbench"]
+    shared = (
+        "each worker pinned to a client core of its own"
+        if s.get("pinned")
+        else ("the workers share the client cores (on a 2-core machine, the driver's one core)")
+    )
+    heads = [f"{load_workers(t)} local worker{'s' * (load_workers(t) > 1)}" for t in workers]
     lines = [
         "",
         "## Load from local worker processes (`--set load.workers=K`, no cluster)",
         "",
-        f"256 connections; the server on its own core, kvbench and its workers on client core(s) "
-        f"{cores} (on a 2-core machine the workers share the driver's one core):",
+        f"256 connections; {machine.get('nproc', '?')} CPUs; the server on core(s) {server}, kvbench "
+        f"and its workers on client core(s) {cores}, {shared}:",
         "",
-        "| measure | kvbench (one process) | 1 local worker | 2 local workers | target | met |",
-        "|---|---|---|---|---|---|",
+        "| measure | kvbench (one process) | " + " | ".join(heads) + " | target | met |",
+        "|---" * (len(heads) + 4) + "|",
     ]
-    med = {t: load[t]["median"] for t in ("kvbench", *LOCAL_WORKERS)}
+    med = {t: load[t]["median"] for t in ("kvbench", *workers)}
     cells = [
         ("TTFT error mean / p99, ms (0-5 ms server)", *(_pair(med[t]) for t in med),
          f"p99 ≤ {TARGET_P99_MS:g} ms (2 workers)", "yes" if s["met_p99"] else "NO"),
@@ -100,11 +121,18 @@ def lw_markdown(res: dict[str, Any]) -> str:
         ]  # fmt: skip
     lines += ["| " + " | ".join(c) + " |" for c in cells]
     if s.get("driver_rows_per_s_ceiling"):
+        row = ["-"] * (len(heads) + 1)
+        row[1 + workers.index("kvbench_lw2")] = f"{s['driver_rows_per_s_ceiling']:,.0f}"
         lines.append(
-            f"| driver (2 workers): rows/s it can take in (1 / its CPU per row) | - | - | "
-            f"{s['driver_rows_per_s_ceiling']:,.0f} |  |  |"
+            "| driver (2 workers): rows/s it can take in (1 / its CPU per row) | "
+            + " | ".join(row)
+            + " |  |  |"
         )
     return "\n".join(lines) + "\n"
+
+
+def load_workers(tool: str) -> int:
+    return int(tool.removeprefix("kvbench_lw"))
 
 
 def _cpu(m: dict[str, Any]) -> str:

@@ -40,6 +40,9 @@ bench: CPU of its request phase alone (rusage around vllm.benchmarks.serve.bench
 Peak RSS: each process's whole ru_maxrss, imports included.
 
     .venv/bin/python benchmarks/run_bench.py [--repeats 3] [--no-peers] [--only ttft,capacity,load,...]
+
+On a bigger box, give the client a core per load worker: `--server-cores 0 --client-cores 1-5
+--workers 1,2,4 --pin-workers` (benchmarks/results/local_workers_16core.md was made so).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ from bench_common import (
     uvloop_available,
 )
 from bench_report import markdown, summary
-from local_workers_bench import LOCAL_WORKERS, local_sets, lw_cases, lw_markdown, lw_summary
+from local_workers_bench import LOCAL_WORKERS, configure, local_sets, lw_cases, lw_markdown, lw_summary
 from mock_cpu import markdown as mock_cpu_markdown
 from mock_cpu import mock_cpu_case
 from peers import VLLMBench, run_aiohttp, vllm_python, write_tokenizer
@@ -109,7 +112,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="kvbench-bench-"))
-        self.server_cores, self.client_cores = core_plan()
+        self.server_cores, self.client_cores = core_plan(args.server_cores, args.client_cores)
         self.n = 0
         self.vllm: VLLMBench | None = None
         self.tools: list[str] = list(KVBENCH_TOOLS)
@@ -354,11 +357,24 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
     ap.add_argument("--note", default="", help="a line for the report (e.g. what else ran on the machine)")
+    ap.add_argument("--server-cores", default="", help="the server's cores, e.g. 0 (default: the first core)")
+    ap.add_argument(
+        "--client-cores", default="", help="the client's cores, e.g. 1-3 (default: the second core)"
+    )
+    ap.add_argument(
+        "--workers", default="1,2", help="local worker counts the workers case compares (default 1,2)"
+    )
+    ap.add_argument(
+        "--pin-workers",
+        action="store_true",
+        help="load.pin: each local worker on a client core of its own (give --client-cores K+1 cores)",
+    )
     return ap.parse_args()
 
 
 def main() -> int:
     args = parse_args()
+    configure([int(k) for k in args.workers.split(",") if k.strip()], args.pin_workers)
     every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli", "ray"}
     every.add("mock_cpu")
     every.add("workers")  # 1 and 2 local worker processes at 256 connections (local_workers_bench.py)

@@ -203,7 +203,12 @@ class LocalWorkersBackend:
         shares = split_shares(len(items), concurrency, len(ready))
         for w in self.workers:
             w.new_phase([], 0)
-        record: dict[str, Any] = {"backend": self.name, "workers": [], "requests": len(items)}
+        record: dict[str, Any] = {
+            "backend": self.name,
+            "workers": [],
+            "requests": len(items),
+            "pinned": self.pin,
+        }
         self.phases.append(record)
         self._last_end_ns, self._phase = None, phase
         active = ready[: len(shares)]

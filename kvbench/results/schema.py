@@ -160,8 +160,9 @@ class PhaseEntry(Record):
     pair: int | None = Field(None, description="Quiet/noisy phases: the pair (1-based) the phase belongs to.")
     load_backend: dict[str, Any] | None = Field(
         None,
-        description="Load sent by Ray workers: each worker's node, concurrency, rows, state (lost?), "
-        "requests lost in flight or never issued, clock offset to the driver.",
+        description="Load sent by load workers (`backend`: `processes` on this machine, or `ray`): each "
+        "worker's host (or node), pid, cores, concurrency, rows, state (lost?), requests lost in flight or "
+        "never issued, clock offset to the driver; `pinned`: local workers each on a core of its own.",
     )
     hit_rate: dict[str, Any] | None = Field(
         None,

@@ -80,11 +80,7 @@ class Run:
         self.summary_lines: list[str] = []
         self.token_counter: TokenCounter | None = None
         self.seq = 0
-        self.load_backend: LoadBackend = (
-            load_backend("ray" if scn.cluster.backend == "ray" else "processes", workers=scn.load.workers)
-            if scn.load.workers
-            else load_backend(opts.load_backend)
-        )
+        self.load_backend: LoadBackend = _load_backend(scn, opts.load_backend)
 
     # -- one request ---------------------------------------------------------------------------------
 
@@ -244,6 +240,16 @@ class Run:
     def end_metrics(self, name: str, before: dict[Any, float] | None, after: dict[Any, float] | None) -> None:
         if before is not None and after is not None:
             self.metric_deltas[name] = counter_deltas(before, after)
+
+
+def _load_backend(scn: Scenario, default: str) -> LoadBackend:
+    """Who sends the load: this process (`default`), K worker processes, or K Ray actors."""
+    load = scn.load  # load.pin with Ray, or without workers, is refused by the scenario's validation
+    if not load.workers:
+        return load_backend(default)
+    if scn.cluster.backend == "ray":
+        return load_backend("ray", workers=load.workers)
+    return load_backend("processes", workers=load.workers, pin=load.pin)
 
 
 def with_max_tokens(cfg: ClientConfig, max_tokens: int) -> ClientConfig:

@@ -25,6 +25,16 @@ def _workers_field() -> Any:
     )
 
 
+def _pin_field() -> Any:
+    """`pin`, beside `workers`: where the local worker processes run."""
+    return Field(
+        False,
+        description="With workers K >= 1 on this machine (no cluster): worker i runs pinned to the i-th "
+        "core this process may use (Linux), so K workers take K cores instead of sharing whichever the "
+        "scheduler gives them. Start kvbench under `taskset -c` to choose the cores.",
+    )
+
+
 class SequentialLoad(Strict):
     kind: Literal["sequential"] = "sequential"
 
@@ -32,6 +42,10 @@ class SequentialLoad(Strict):
     def workers(self) -> int:
         """One request at a time: always sent from this process."""
         return 0
+
+    @property
+    def pin(self) -> bool:
+        return False
 
     @property
     def max_in_flight(self) -> int:
@@ -68,6 +82,7 @@ class ConcurrentLoad(Strict):
     )
     seed: int = Field(0, description="Seed for the request order.")
     workers: int = _workers_field()
+    pin: bool = _pin_field()
 
     @property
     def max_in_flight(self) -> int:
@@ -95,6 +110,7 @@ class RateLoad(Strict):
     )
     seed: int = Field(0, description="Seed for arrivals and request order.")
     workers: int = _workers_field()
+    pin: bool = _pin_field()
 
     @property
     def max_in_flight(self) -> int:

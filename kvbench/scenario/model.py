@@ -74,6 +74,10 @@ class Scenario(Strict):
         self.test.check(self)
         if self.cluster.backend != "ray" and getattr(self.noise, "clients", 1) > 1:
             raise ValueError("noise.clients: more than one noise client needs cluster.backend: ray")
+        if self.load.pin and not self.load.workers:
+            raise ValueError("load.pin: pins local load workers to cores; set load.workers to 1 or more")
+        if self.load.pin and self.cluster.backend == "ray":
+            raise ValueError("load.pin: Ray places its own load workers; pin is for local worker processes")
         problem = self.context_problem(self.target.max_model_len, "target.max_model_len")
         if problem is None and self.slo is not None:
             problem = slo_problem(self.slo.bounds(), self.output.max_tokens, "slo:")

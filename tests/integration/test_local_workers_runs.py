@@ -66,6 +66,19 @@ async def test_two_local_workers_write_every_request_once(tmp_path: Path) -> Non
         assert lb["started_ns"] <= r["sent_ns"] <= r["end_ns"] <= lb["ended_ns"]
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning two workers needs two cores")
+async def test_load_pin_in_a_scenario_puts_each_worker_on_a_core_of_its_own(tmp_path: Path) -> None:
+    sets = {**SMALL, "load.requests": 20, "load.concurrency": 4, "load.pin": True}
+    scn, _ = load_scenario("throughput", sets)
+    outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
+    assert outcome.exit_code == 0
+    (phase,) = [p for p in read_manifest(outcome.run_dir)["phases"] if p.get("load_backend")]
+    lb = phase["load_backend"]
+    cores = sorted(os.sched_getaffinity(0))
+    assert lb["pinned"] is True
+    assert [w["cpus"] for w in lb["workers"]] == [[cores[0]], [cores[1]]]
+
+
 def _cli(args: list[str], cwd: Path) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "kvbench", *args]
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

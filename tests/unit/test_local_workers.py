@@ -128,3 +128,24 @@ def test_workers_without_a_cluster_are_local_processes() -> None:
     backend = load_backend("ray", workers=3)  # what a run asks for `load.workers: 3`; no Ray session here
     assert isinstance(backend, LocalWorkersBackend) and backend.workers_wanted == 3 and backend.remote
     assert isinstance(load_backend("processes", workers=2, placement="spread"), LocalWorkersBackend)
+
+
+def test_pin_without_workers_is_one_line_and_exit_2(run_cli) -> None:
+    code, out, err = run_cli("run", "throughput", "--set", "load.pin=true", "--output-dir", "/nonexistent")
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.endswith("load.pin: pins local load workers to cores; set load.workers to 1 or more")
+    assert "Traceback" not in err + out
+
+
+def test_pin_is_refused_for_ray_load_workers(run_cli, tmp_path) -> None:
+    # the scenario's cluster is Ray, whose actors Ray places: pinning them is not kvbench's to do
+    sets = ["--set", "load.workers=2", "--set", "load.pin=true", "--set", "cluster.backend=ray"]
+    code, _, err = run_cli("run", "throughput", *sets, "--output-dir", str(tmp_path))
+    assert code == 2
+    assert "load.pin" in err and len(err.strip().splitlines()) == 1
+
+
+def test_pin_is_not_a_key_of_a_sequential_load(run_cli, tmp_path) -> None:
+    code, _, err = run_cli("run", "ttft", "--set", "load.pin=true", "--output-dir", str(tmp_path))
+    assert code == 2 and "load.pin" in err
