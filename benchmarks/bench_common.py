@@ -151,7 +151,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 _SPAWNER: subprocess.Popen[str] | None = None
 
 
-def spawn(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, Any]:
+def spawn(cmd: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT) -> dict[str, Any]:
     """Run cmd through benchmarks/spawner.py (started while this process is small; see there)."""
     global _SPAWNER
     if _SPAWNER is None:
@@ -159,7 +159,7 @@ def spawn(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, Any]:
             [PY, str(HERE / "spawner.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
     assert _SPAWNER.stdin is not None and _SPAWNER.stdout is not None
-    _SPAWNER.stdin.write(json.dumps({"cmd": cmd, "log": str(log), "env": env, "cwd": str(ROOT)}) + "\n")
+    _SPAWNER.stdin.write(json.dumps({"cmd": cmd, "log": str(log), "env": env, "cwd": str(cwd)}) + "\n")
     _SPAWNER.stdin.flush()
     return dict(json.loads(_SPAWNER.stdout.readline()))
 
@@ -183,8 +183,10 @@ def run_kvbench(
     kernel_stamps: bool = True,
     env_extra: dict[str, str] | None = None,
     tx_stamps: bool = True,
+    source: Path = ROOT,
 ) -> dict[str, Any]:
-    """`kvbench run` in a child process; its rows, manifest, CPU seconds and peak RSS."""
+    """`kvbench run` in a child process; its rows, manifest, CPU seconds and peak RSS. `source`: the
+    checkout whose kvbench runs (its folder is the child's cwd, first on its import path)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     args = ["run", str(SCENARIO), "--base-url", base_url, "--output-dir", str(out_dir)]
     args += ["--no-report", "--quiet"]
@@ -197,7 +199,7 @@ def run_kvbench(
     env["KVBENCH_KERNEL_STAMPS"] = "1" if kernel_stamps else "0"
     env["KVBENCH_TX_STAMPS"] = "1" if tx_stamps else "0"  # kernel send stamps (txstamp), on top of receive
     env.update(env_extra or {})
-    ru = spawn(pinned(cmd, cores), log, env)  # this child's own rusage (CPU, peak RSS)
+    ru = spawn(pinned(cmd, cores), log, env, source)  # this child's own rusage (CPU, peak RSS)
     rc = ru["rc"]
     wall = time.perf_counter() - t0
     if rc != 0:

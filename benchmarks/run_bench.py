@@ -106,6 +106,8 @@ from kvbench.strict_json import dumps as strict_dumps
 RESULTS = HERE / "results"
 LOAD_LEVELS = {1: 100, 28: 600, 64: 1200, 256: 2000}  # connections: requests
 KVBENCH_TOOLS = ("kvbench", "kvbench_rx", "kvbench_user")
+BEFORE = "kvbench_before"  # kvbench as it was before #30 (--before-rev), in the capacity case only
+BEFORE_REV = "9d75495"  # the last commit before kernel-stamped sends (#30's "today")
 
 
 class Bench:
@@ -120,6 +122,20 @@ class Bench:
         self.ray_env: dict[str, str] | None = None  # set while the bench's Ray head is up
         self.aiperf: Path | None = None  # AIPerf's executable, where it installed
         self.aiperf_version = ""
+        self.before: Path | None = None  # that commit's kvbench/, extracted (before_checkout)
+
+    def before_checkout(self, rev: str) -> str | None:
+        """Extract `rev`'s kvbench package to run it beside today's; None, or why it cannot."""
+        out = self.tmp / "before"
+        out.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev, "kvbench"], capture_output=True, check=False
+        )
+        if archive.returncode != 0:
+            return f"kvbench at {rev} not in this checkout's history: {archive.stderr.decode()[:200]}"
+        subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+        self.before = out
+        return None
 
     def _dir(self, name: str) -> Path:
         self.n += 1
@@ -136,7 +152,7 @@ class Bench:
         d = self._dir(f"{name}-{tool}")
         gt_path = d / "ground_truth.jsonl"
         with server("gt", self.server_cores, gt_path, **srv) as url:
-            if tool in (*KVBENCH_TOOLS, *RAY_WORKERS, *LOCAL_WORKERS, *SCRAPER_TOOLS):
+            if tool in (*KVBENCH_TOOLS, BEFORE, *RAY_WORKERS, *LOCAL_WORKERS, *SCRAPER_TOOLS):
                 allsets = {"load.concurrency": conc, "load.requests": requests, **(sets or {})}
                 if tool in RAY_WORKERS:
                     allsets.update(ray_sets(tool))
@@ -154,6 +170,7 @@ class Bench:
                     kernel_stamps=tool != "kvbench_user",
                     env_extra=self.ray_env if tool in RAY_WORKERS else None,
                     tx_stamps=tool != "kvbench_rx",
+                    source=self.before if tool == BEFORE and self.before is not None else ROOT,
                 )
                 run["common"] = kvbench_rows(run)
                 run["clock_source"] = run["manifest"].get("clock_source", "user")
@@ -183,7 +200,7 @@ class Bench:
 
     def baselines(self) -> None:
         """Each child-process tool doing 1 request: start-up, imports, teardown (subtracted from CPU)."""
-        for tool in self.tools:
+        for tool in [*self.tools, *([BEFORE] if self.before is not None else [])]:
             if tool == "vllm":
                 continue
             runs = [self.run_tool(tool, "baseline", 1, 1)[0] for _ in range(self.args.repeats)]
@@ -357,6 +374,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
     ap.add_argument("--note", default="", help="a line for the report (e.g. what else ran on the machine)")
+    ap.add_argument(
+        "--before-rev",
+        default=BEFORE_REV,
+        help=f"the commit whose kvbench the capacity case also runs (#30's rule; {BEFORE_REV}; '' none)",
+    )
     ap.add_argument("--server-cores", default="", help="the server's cores, e.g. 0 (default: the first core)")
     ap.add_argument(
         "--client-cores", default="", help="the client's cores, e.g. 1-3 (default: the second core)"
@@ -421,12 +443,21 @@ def main() -> int:
             "versions": {**versions(b.vllm), **({"aiperf": b.aiperf_version} if b.aiperf else {})},
         }
         res["tools"] = list(b.tools)
+        if "capacity" in only and args.before_rev:  # #30's rule: capacity and CPU not worse than before
+            why = b.before_checkout(args.before_rev)
+            res["before"] = {"rev": args.before_rev, "ran": why is None, **({"why": why} if why else {})}
+            if why:
+                log(why)
+        cap_tools = (*b.tools, *([BEFORE] if b.before is not None else []))
         res["peers"] = peers_note if "vllm" not in b.tools else "ran"
         b.baselines()
         res["baseline"] = b.base
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("ttft", lambda: b.case("ttft", 200, 28, ttft_ms=50.0, decode_ms=1.0)),
-            ("capacity", lambda: b.case("capacity", args.capacity_requests, 64, ttft_ms=0.0, decode_ms=0.0)),
+            (
+                "capacity",
+                lambda: b.case("capacity", args.capacity_requests, 64, cap_tools, ttft_ms=0.0, decode_ms=0.0),
+            ),
             # tokens 10 ms apart (a real engine's pace): a late read finds fewer later tokens merged in
             ("itl10", lambda: b.case("itl10", 200, 28, ttft_ms=50.0, decode_ms=10.0)),
         ]
