@@ -247,7 +247,8 @@ class ResponseStream:
         rec.delivery = judge(rec)
 
 
-_scan = json.JSONDecoder().scan_once  # the C scanner json.loads ends in
+# the C scanner json.loads ends in (an attribute the typeshed stub does not declare)
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _loads(data: str) -> Any:
