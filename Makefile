@@ -15,13 +15,15 @@ setup-dev: $(DEV_STAMP)
 $(VENV)/bin/python:
 	$(PY) -m venv $(VENV)
 
-# Reinstall only when the project's dependencies change; otherwise setup is instant.
-$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+# Reinstall only when the project's dependencies (or the mock's C accelerator, built in place by the
+# editable install) change; otherwise setup is instant.
+NATIVE := kvbench/mock/_native.c
+$(RUN_STAMP): pyproject.toml $(NATIVE) | $(VENV)/bin/python
 	$(PIP) -e '.[fast]'
 	touch $(RUN_STAMP)
 
 # the dev install holds everything running needs, so it also satisfies `make run`
-$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
+$(DEV_STAMP): pyproject.toml $(NATIVE) | $(VENV)/bin/python
 	$(PIP) --upgrade pip
 	$(PIP) -e '.[dev,fast,ray]'
 	touch $(DEV_STAMP) $(RUN_STAMP)

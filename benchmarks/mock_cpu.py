@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -96,13 +97,20 @@ def idle(pid: int, seconds: float) -> float:
 
 
 def measure(
-    n: int, tokens: int, cmd_prefix: list[str] | None = None, seed: int = 0, max_tokens: int = 16
+    n: int,
+    tokens: int,
+    cmd_prefix: list[str] | None = None,
+    seed: int = 0,
+    max_tokens: int = 16,
+    native: bool = True,
 ) -> dict[str, Any]:
-    """Start a mock, run the cold and the cached phase, return CPU per request (ms) and the checks."""
+    """Start a mock, run the cold and the cached phase, return CPU per request (ms) and the checks.
+    `native=False`: the mock without its C accelerator (KVBENCH_MOCK_NATIVE=0, kvbench/mock/native.py)."""
     cmd = [sys.executable, "-m", "kvbench.mock", "serve", "--profile", "ci", "--port", "0"]
     cmd += ["--announce", "--exit-on-stdin-eof", "--set", "time_scale=0.001"]
+    env = {**os.environ, "KVBENCH_MOCK_NATIVE": "1" if native else "0"}
     proc = subprocess.Popen(
-        [*(cmd_prefix or []), *cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT
+        [*(cmd_prefix or []), *cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
     )
     try:
         assert proc.stdout is not None
@@ -204,13 +212,30 @@ def mock_cpu_case(
     from bench_common import median_dict, pinned
 
     prefix = pinned(["true"], server_cores)[:-1]  # taskset -c N (or nothing on one core)
-    long_runs, floor_runs = [], []
-    for i in range(repeats):
-        long_runs.append(measure(n, tokens, prefix, seed=i))
-        floor_runs.append(measure(n, 16, prefix, seed=i))
+    accelerated = native_built()
+    long_runs, floor_runs, py_long, py_floor = [], [], [], []
+    for i in range(repeats):  # with the C accelerator (where built) and without, interleaved
+        long_runs.append(measure(n, tokens, prefix, seed=i, native=accelerated))
+        floor_runs.append(measure(n, 16, prefix, seed=i, native=accelerated))
+        if accelerated:
+            py_long.append(measure(n, tokens, prefix, seed=i, native=False))
+            py_floor.append(measure(n, 16, prefix, seed=i, native=False))
     long, floor = median_dict(long_runs), median_dict(floor_runs)
     counted = {"long": instructions(8, tokens), "floor": instructions(8, 16)}  # load-independent
+    python: dict[str, Any] | None = None
+    if accelerated:
+        pl, pf = median_dict(py_long), median_dict(py_floor)
+        python = {
+            "cold_ms": pl["cold_ms"],
+            "cached_ms": pl["cached_ms"],
+            "cold_prompt_ms": pl["cold_ms"] - pf["cold_ms"],
+            "cached_prompt_ms": pl["cached_ms"] - pf["cached_ms"],
+            "long": {"median": pl, "runs": py_long},
+            "floor": {"median": pf, "runs": py_floor},
+        }
     out = {
+        "native": accelerated,
+        "python": python,
         "prompt_tokens": tokens,
         "cold_ms": long["cold_ms"],
         "cached_ms": long["cached_ms"],
@@ -226,6 +251,13 @@ def mock_cpu_case(
         "long": {"median": long, "runs": long_runs},
         "floor": {"median": floor, "runs": floor_runs},
     }
+
+
+def native_built() -> bool:
+    """Whether this checkout's mock has its C accelerator (kvbench/mock/native.py)."""
+    probe = "from kvbench.mock import native; print(native.available())"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=False)
+    return out.stdout.strip() == "True"
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -249,6 +281,12 @@ def markdown(res: dict[str, Any]) -> str:
         "| phase | mock CPU per request (ms) | added by the long prompt (ms) | target met (added) |",
         "|---|---|---|---|",
     ]
+    py = m.get("python")
+    if py:
+        rows = [(f"{p}, C accelerator", a, b) for p, a, b in rows] + [
+            ("cold, pure Python (KVBENCH_MOCK_NATIVE=0)", py["cold_ms"], py["cold_prompt_ms"]),
+            ("cached, pure Python (KVBENCH_MOCK_NATIVE=0)", py["cached_ms"], py["cached_prompt_ms"]),
+        ]
     lines += [f"| {p} | {a:.3f} | {b:.3f} | {'yes' if b <= t else 'no'} |" for p, a, b in rows]
     if m.get("instructions"):
         lo, fl = m["instructions"]["long"], m["instructions"]["floor"]

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from kvbench.mock import completions
+from kvbench.mock import completions, native
 from kvbench.mock.body_memo import BodyMemo
 from kvbench.mock.config import FixedDelayProfile, TieredProfile
 from kvbench.mock.engine import FixedDelayEngine, TieredEngine, Trace
@@ -127,7 +127,9 @@ class MockApp:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": f"kvbench-mock {mock_version()}"})
+        # which implementation ran the per-block work lands in the run's manifest (server_version)
+        how = "C accelerator" if native.available() else "pure Python"
+        return web.json_response({"version": f"kvbench-mock {mock_version()} ({how})"})
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(

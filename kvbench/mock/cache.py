@@ -31,14 +31,14 @@ from __future__ import annotations
 import json
 import logging
 from array import array
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from kvbench.mock.config import TIER_NAMES
+from kvbench.mock.native import key_order
 
 log = logging.getLogger("kvbench.mock")
 MEMO_ENTRIES = 256  # lookups remembered (by prompt): more than a scenario's distinct prompts
@@ -46,7 +46,7 @@ MAX_PENDING = 4096  # deferred touches per tier before they are applied anyway
 
 
 class LRUTier:
-    """One tier's blocks in LRU order (oldest first).
+    """One tier's blocks in LRU order (oldest first), in a native.key_order() (C where built).
 
     Touches (a hit's blocks marked most recently used) are deferred: kept as whole batches and
     applied in order just before anything that needs the order (an insert of new blocks, which
@@ -60,7 +60,7 @@ class LRUTier:
         self.name = name
         self.enabled = enabled
         self.capacity_blocks = capacity_blocks if enabled else 0
-        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._blocks = key_order()
         # pending touches, oldest first: (keys, start, end) by the range's name (touch())
         self._touched: dict[Hashable, tuple[Sequence[int], int, int]] = {}
         self.evicted_blocks = 0
@@ -70,8 +70,8 @@ class LRUTier:
         self.removed = 0
 
     @property
-    def blocks(self) -> OrderedDict[int, None]:
-        """The blocks, least recently used first (pending touches applied)."""
+    def blocks(self) -> Any:
+        """The blocks, least recently used first (pending touches applied): iterable, `in`, len."""
         self._apply_touches()
         return self._blocks
 
@@ -83,7 +83,7 @@ class LRUTier:
 
     def held(self, keys: Sequence[int]) -> list[bool]:
         """Whether each of `keys` is held (one C loop)."""
-        return list(map(self._blocks.__contains__, keys))
+        return list(self._blocks.held(keys))
 
     def touch(self, keys: Sequence[int], start: int = 0, end: int | None = None) -> None:
         """Mark the held ones of keys[start:end] most recently used, in order (absent keys are
@@ -106,40 +106,21 @@ class LRUTier:
 
     def _apply_touches(self) -> None:
         pending, self._touched = self._touched, {}
-        blocks = self._blocks
-        move = blocks.move_to_end
+        touch = self._blocks.touch
         for keys, a, b in pending.values():
-            try:
-                deque(map(move, islice(keys, a, b)), 0)  # all held (the usual case): one C loop
-            except KeyError:
-                # one was evicted after the touch: redo key by key. Moving a key to the end
-                # again leaves the same final order as moving it once.
-                for k in islice(keys, a, b):
-                    if k in blocks:
-                        move(k)
+            touch(keys, a, b)
 
     def insert(self, keys: Sequence[int]) -> list[int]:
         """Insert (or refresh) keys as most recently used; returns what was evicted."""
         if not self.enabled or self.capacity_blocks <= 0:
             return []
-        blocks = self._blocks
-        if all(map(blocks.__contains__, keys)):
+        if self._blocks.all_held(keys):
             self.touch(keys)  # nothing new (a refresh): the order alone changes, deferred
             return []
         self._apply_touches()
-        # appended in order (a key held already keeps its place), then, only when one was held
-        # already (or repeats), every key moved to the end in order: the same order as inserting
-        # or refreshing them one by one. A cold prompt's blocks (none held) need the first pass
-        # alone. A plain loop: OrderedDict.update(dict) copies its items first (2-3x the cost), a
-        # map over __setitem__ pays a wrapper call per key.
-        before = len(blocks)
-        for k in keys:
-            blocks[k] = None
-        if len(blocks) - before != len(keys):
-            deque(map(blocks.move_to_end, keys), 0)
-        excess = len(blocks) - self.capacity_blocks
-        evicted = list(islice(blocks, excess)) if excess > 0 else []  # the least recently used
-        deque(map(blocks.__delitem__, evicted), 0)
+        self._blocks.add(keys)  # in order, each moved to the newest end or appended
+        excess = len(self._blocks) - self.capacity_blocks
+        evicted: list[int] = self._blocks.pop_oldest(excess) if excess > 0 else []  # least recently used
         self.evicted_blocks += len(evicted)
         self.added += 1
         self.removed += bool(evicted)

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kvbench.mock import native
 from kvbench.mock.engine import Trace
 from kvbench.mock.http_replies import BadRequest, abort, error_response, json_object, log, read_body
 from kvbench.mock.plain_body import split_prompt
@@ -81,19 +82,18 @@ async def _complete(app: ServerState, request: web.Request, chat: bool, trace: T
         return error_response(
             429, "rate limited (injected fault)", "RateLimitError", {"Retry-After": str(fc.retry_after_s)}
         )
+    checks = not native.available()  # split_prompt checks the words itself (no C accelerator)
     try:
         raw, charset = await read_body(request), request.charset
         cpu0 = time.thread_time_ns()
 
         def parse(raw: bytes) -> tuple[CompletionRequest, Any, Any]:
             # a plain-words prompt's 700 KB are not decoded as JSON (plain_body.py); else, or when
-            # unsure, the whole body is
-            split = split_prompt(raw) if not chat and charset in (None, "utf-8") else None
-            body, prompt = (
-                (split[0], app.tokenizer.plain_prompt(split[1]))
-                if split
-                else (json_object(raw, charset), None)
-            )
+            # unsure, the whole body is. With the C accelerator the tokenizer's own pass checks
+            # the words (and answers None for other text), so split_prompt does not.
+            split = split_prompt(raw, check=checks) if not chat and charset in (None, "utf-8") else None
+            prompt = app.tokenizer.plain_prompt(split[1]) if split else None
+            body = split[0] if split and prompt is not None else json_object(raw, charset)
             req = parse_request(app, body, chat, prompt)
             return req, body.get("temperature", 1.0), body.get("seed")
 

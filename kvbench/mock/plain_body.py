@@ -26,8 +26,12 @@ _KEY = b'"prompt"'
 _WS = b" \t\n\r"
 
 
-def split_prompt(raw: bytes) -> tuple[dict[str, Any], bytes] | None:
-    """(the body with "prompt": "", the prompt's bytes) when its prompt is plain words, else None."""
+def split_prompt(raw: bytes, check: bool = True) -> tuple[dict[str, Any], bytes | memoryview] | None:
+    """(the body with "prompt": "", the prompt's bytes) when its prompt is plain words, else None.
+
+    `check=False`: the prompt's bytes are not checked here for plain words, and come as a view of
+    `raw` (no copy): for a caller whose tokenizer checks them in its own pass (native.plain_keys)
+    and decodes the whole body when they are not plain."""
     at = raw.find(_KEY)
     if at < 0 or raw.find(b"\\", 0, at) >= 0:
         return None
@@ -47,9 +51,13 @@ def split_prompt(raw: bytes) -> tuple[dict[str, Any], bytes] | None:
     tail = raw[end:]
     if tail.find(b"\\") >= 0 or raw.find(_KEY, end) >= 0:
         return None
-    prompt = raw[start:end]
-    if prompt.translate(None, PLAIN_BYTES):
-        return None
+    prompt: bytes | memoryview
+    if check:
+        prompt = raw[start:end]
+        if prompt.translate(None, PLAIN_BYTES):
+            return None
+    else:
+        prompt = memoryview(raw)[start:end]
     try:
         rest = json.loads((raw[:start] + tail).decode("utf-8"))  # as json_object decodes a body
     except (ValueError, UnicodeDecodeError):

@@ -77,6 +77,16 @@ def _root(root: str) -> np.uint64:
     return seed
 
 
+def root_seed(root: str) -> int:
+    """The 64-bit seed a key rooted in `root` is mixed with (the C accelerator takes it as an int)."""
+    return int(_root(root))
+
+
+def digest_seed() -> int:
+    """The seed of a text's digest (no model's root)."""
+    return int(_root(_DIGEST))
+
+
 class SpanHash:
     """One pass over a text's words; then the key of any of its prefixes, and its digest.
 

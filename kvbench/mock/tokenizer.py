@@ -45,7 +45,8 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench.mock.span_hash import SpanHash, span_keys
+from kvbench.mock import native
+from kvbench.mock.span_hash import SpanHash, digest_seed, root_seed, span_keys
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 VOCAB_SIZE = 100_000
@@ -218,6 +219,7 @@ class Tokenizer:
     def __init__(self, block_tokens: int, root: str = "", cache_entries: int = 256, id_memory: int = 200_000):
         self.block_tokens = block_tokens
         self.root = root
+        self._root_seed, self._digest_seed = root_seed(root), digest_seed()
         self._cache: OrderedDict[Hashable, PromptInfo] = OrderedDict()
         self._cache_entries = cache_entries
         self._ids: OrderedDict[int, str] = OrderedDict()
@@ -239,11 +241,20 @@ class Tokenizer:
     def prompt(self, text: str) -> PromptInfo:
         return self._prompt(text.encode("utf-8", "surrogatepass"), text.isascii(), False, lambda: text)
 
-    def plain_prompt(self, data: bytes) -> PromptInfo:
-        """prompt() of a text given as its bytes, known to hold PLAIN_BYTES only (plain_body.py)."""
-        return self._prompt(data, True, True, lambda: data.decode("ascii"))
+    def plain_prompt(self, data: bytes | memoryview) -> PromptInfo | None:
+        """prompt() of a text of plain words given as its bytes. With the C accelerator the words are
+        checked here (None: not plain words, the caller decodes the body); without it the caller
+        has checked them (plain_body.split_prompt)."""
+        if native.available():
+            return self._native_prompt(data)
+        raw = bytes(data)
+        return self._prompt(raw, True, True, lambda: raw.decode("ascii"))
 
     def _prompt(self, data: bytes, ascii: bool, checked: bool, text: Callable[[], str]) -> PromptInfo:
+        if ascii and native.available():  # plain words in C, else the general path below
+            fast = self._native_prompt(data)
+            if fast is not None:
+                return fast
         words = SpanHash(data)  # one pass: the memo's key and the answer's seed, and the blocks' keys
         digest = words.digest()
 
@@ -252,6 +263,20 @@ class Tokenizer:
             return plain or self._count_and_keys(split_token_bytes(text()))
 
         return self._cached(("p", len(data), digest), lambda: digest.to_bytes(8, "little"), build)
+
+    def _native_prompt(self, data: bytes | memoryview) -> PromptInfo | None:
+        """prompt() of plain words through the C accelerator (native.py); None for other text.
+
+        One call gives the count, keys and digest (a prompt the tokenizer remembers is rare here:
+        the body memo catches a replayed body first); a remembered prompt keeps its first key tuple,
+        whose identity the cache's lookup memo follows. Its own memo: a text found there was
+        checked for plain words when first seen (the general path's memo may hold a text that came
+        JSON-escaped, which is not plain as raw bytes)."""
+        got = native.plain_keys(data, self.block_tokens, self._root_seed, self._digest_seed)
+        if got is None:
+            return None
+        n, keys, digest = got
+        return self._cached(("n", len(data), digest), lambda: digest.to_bytes(8, "little"), lambda: (n, keys))
 
     def _count_and_keys(self, tokens: list[bytes]) -> tuple[int, tuple[int, ...]]:
         return len(tokens), block_keys(tokens, self.block_tokens, self.root)

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from kvbench.mock import native
 from kvbench.mock.plain_body import split_prompt
 from kvbench.mock.tokenizer import Tokenizer
 
@@ -76,4 +77,25 @@ def test_plain_prompt_is_prompt_of_the_decoded_text() -> None:
     text = " ".join(f"w{i % 97}" for i in range(3000))
     a, b = Tokenizer(16, "m"), Tokenizer(16, "m")
     assert a.plain_prompt(text.encode()) == b.prompt(text)
-    assert a.plain_prompt(b"") == b.prompt("")
+    # "" is no plain words: the C path says so (the caller decodes the body), the Python path's
+    # caller checked it and gets the general path's answer
+    assert a.plain_prompt(b"") == (None if native.available() else b.prompt(""))
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_unchecked_splits_plus_the_tokenizer_agree_with_json(check: bool) -> None:
+    # what completions.py does with the C accelerator (check=False: the tokenizer checks the words)
+    if not check and not native.available():
+        pytest.skip("check=False is for the C accelerator's tokenizer")
+    rng = random.Random(3)
+    words = ["alpha", "x_1", "Zed", "9", "a,b", "caf\u00e9", "tab\there", "two  ", ""]
+    for _ in range(400):
+        prompt = " ".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
+        raw = json.dumps(
+            {"model": "m", "prompt": prompt, "max_tokens": 3}, ensure_ascii=rng.random() < 0.5
+        ).encode()
+        got = split_prompt(raw, check=check)
+        info = Tokenizer(16, "m").plain_prompt(got[1]) if got else None
+        if info is not None:
+            assert info == Tokenizer(16, "m").prompt(json.loads(raw)["prompt"]), raw[:80]
+            assert {**got[0], "prompt": prompt} == json.loads(raw)
