@@ -124,8 +124,14 @@ class Bench:
         self.aiperf_version = ""
         self.before: Path | None = None  # that commit's kvbench/, extracted (before_checkout)
 
-    def before_checkout(self, rev: str) -> str | None:
-        """Extract `rev`'s kvbench package to run it beside today's; None, or why it cannot."""
+    def before_checkout(self, rev: str, src: str = "") -> str | None:
+        """Extract `rev`'s kvbench package to run it beside today's (or take `src`, a folder holding
+        that kvbench/, where there is no git history); None, or why it cannot."""
+        if src:
+            if not (Path(src) / "kvbench" / "cli.py").exists():
+                return f"--before-src {src}: no kvbench/cli.py there"
+            self.before = Path(src).resolve()
+            return None
         out = self.tmp / "before"
         out.mkdir()
         archive = subprocess.run(
@@ -379,6 +385,9 @@ def parse_args() -> argparse.Namespace:
         default=BEFORE_REV,
         help=f"the commit whose kvbench the capacity case also runs (#30's rule; {BEFORE_REV}; '' none)",
     )
+    ap.add_argument(
+        "--before-src", default="", help="a folder holding --before-rev's kvbench/ (no git history here)"
+    )
     ap.add_argument("--server-cores", default="", help="the server's cores, e.g. 0 (default: the first core)")
     ap.add_argument(
         "--client-cores", default="", help="the client's cores, e.g. 1-3 (default: the second core)"
@@ -444,7 +453,7 @@ def main() -> int:
         }
         res["tools"] = list(b.tools)
         if "capacity" in only and args.before_rev:  # #30's rule: capacity and CPU not worse than before
-            why = b.before_checkout(args.before_rev)
+            why = b.before_checkout(args.before_rev, args.before_src)
             res["before"] = {"rev": args.before_rev, "ran": why is None, **({"why": why} if why else {})}
             if why:
                 log(why)
