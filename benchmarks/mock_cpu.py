@@ -103,11 +103,15 @@ def measure(
     seed: int = 0,
     max_tokens: int = 16,
     native: bool = True,
+    bare: bool = False,
 ) -> dict[str, Any]:
     """Start a mock, run the cold and the cached phase, return CPU per request (ms) and the checks.
-    `native=False`: the mock without its C accelerator (KVBENCH_MOCK_NATIVE=0, kvbench/mock/native.py)."""
+    `native=False`: the mock without its C accelerator (KVBENCH_MOCK_NATIVE=0, kvbench/mock/native.py).
+    `bare`: benchmarks/body_floor_server.py instead (it reads the body and streams: no model)."""
     cmd = [sys.executable, "-m", "kvbench.mock", "serve", "--profile", "ci", "--port", "0"]
     cmd += ["--announce", "--exit-on-stdin-eof", "--set", "time_scale=0.001"]
+    if bare:
+        cmd = [sys.executable, str(HERE / "body_floor_server.py")]
     env = {**os.environ, "KVBENCH_MOCK_NATIVE": "1" if native else "0"}
     proc = subprocess.Popen(
         [*(cmd_prefix or []), *cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
@@ -222,6 +226,9 @@ def mock_cpu_case(
             py_floor.append(measure(n, 16, prefix, seed=i, native=False))
     long, floor = median_dict(long_runs), median_dict(floor_runs)
     counted = {"long": instructions(8, tokens), "floor": instructions(8, 16)}  # load-independent
+    # receiving the body through aiohttp, with no model at all: what bounds the figures above
+    bare_long = median_dict([measure(n, tokens, prefix, seed=i, bare=True) for i in range(repeats)])
+    bare_floor = median_dict([measure(n, 16, prefix, seed=i, bare=True) for i in range(repeats)])
     python: dict[str, Any] | None = None
     if accelerated:
         pl, pf = median_dict(py_long), median_dict(py_floor)
@@ -236,6 +243,8 @@ def mock_cpu_case(
     out = {
         "native": accelerated,
         "python": python,
+        "bare_receive_ms": bare_long["cold_ms"] - bare_floor["cold_ms"],
+        "bare": {"long": bare_long, "floor": bare_floor},
         "prompt_tokens": tokens,
         "cold_ms": long["cold_ms"],
         "cached_ms": long["cached_ms"],
@@ -288,6 +297,16 @@ def markdown(res: dict[str, Any]) -> str:
             ("cached, pure Python (KVBENCH_MOCK_NATIVE=0)", py["cached_ms"], py["cached_prompt_ms"]),
         ]
     lines += [f"| {p} | {a:.3f} | {b:.3f} | {'yes' if b <= t else 'no'} |" for p, a, b in rows]
+    if m.get("bare"):
+        b = m["bare"]
+        lines += [
+            "",
+            f"The same {m['prompt_tokens']:,}-token bodies sent to an aiohttp server that only reads them "
+            f"and streams 16 fixed tokens (benchmarks/body_floor_server.py: no model): "
+            f"{b['long']['cold_ms']:.3f} ms, against {b['floor']['cold_ms']:.3f} ms for a 16-token body. "
+            f"Receiving the body alone adds {m['bare_receive_ms']:.3f} ms: no model work can take "
+            "the mock's figure below it.",
+        ]
     if m.get("instructions"):
         lo, fl = m["instructions"]["long"], m["instructions"]["floor"]
         lines += [

@@ -93,6 +93,9 @@ def serve_command(
 
     faults = parse_fault_flags(fault or [])
     overrides = _parse_sets(set_ or [])
+    from kvbench.mock.allocator import keep_large_buffers
+
+    keep_large_buffers()  # the mock's own process: its request bodies' buffers used again warm
     asyncio.run(
         _serve(
             profile,
