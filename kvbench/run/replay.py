@@ -102,8 +102,10 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
     blocks = BlockText(cal.words, trace.block_tokens, test.seed, salt)
     sample = await check_sample(run, trace, test, blocks, cal)
     eblock = engine_block(run, test, trace.block_tokens)
-    if test.workers:  # Ray load workers for this test's own schedule; finish() records where they ran
-        run.load_backend = load_backend("ray", workers=test.workers)
+    if test.workers:  # load workers for this test's own schedule; finish() records where they ran
+        run.load_backend = load_backend(
+            "ray" if run.scn.cluster.backend == "ray" else "processes", workers=test.workers
+        )
     realised = realise(selected_rows(trace, test), blocks, cal, eblock)
     # a closed loop has no schedule to fall behind: its lateness (worker free -> sent) is reported only
     late = Lateness(test.late_warn_ms if test.schedule != "concurrent" else float("inf"), run)

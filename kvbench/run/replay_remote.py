@@ -1,11 +1,13 @@
-"""The replay on Ray load workers (`test.workers: K`, `cluster.backend: ray`): the trace's requests
-prepared here and sent from the workers, through the RemoteLoadBackend seam (kvbench.run.remote).
+"""The replay on load workers (`test.workers: K`: Ray actors with `cluster.backend: ray`, else K local
+worker processes): the trace's requests prepared here and sent from the workers, through the
+RemoteLoadBackend seam (kvbench.run.remote).
 
-The Ray backend prepares a whole phase's bodies before it starts (each worker's share up front,
-kvbench.load.ray_backend.run_items), and in its own order (round robin over the workers), so here
-the realised rows are kept until asked for: on Ray the feed's window does not bound memory (select
-fewer rows with trace.limit / window_ms for a very long trace). Rows are recorded on the driver as
-they come back, with the replay row beside each (the same as a local replay).
+Both backends prepare a whole phase's bodies before it starts (each worker's share up front,
+kvbench.load.ray_backend / local_workers run_items), and in their own order (round robin over the
+workers), so here the realised rows are kept until asked for: there the feed's window does not
+bound memory (select fewer rows with trace.limit / window_ms for a very long trace). Rows are
+recorded on the driver as they come back, with the replay row beside each (the same as a local
+replay).
 """
 
 from __future__ import annotations

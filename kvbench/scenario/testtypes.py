@@ -311,8 +311,9 @@ class ReplaySection(SectionBase):
         0,
         ge=0,
         le=1024,
-        description="0: this process sends the replay; K >= 1: K Ray load workers (cluster.backend: ray) "
-        "share it (the Ray backend prepares every request before the phase: memory holds them all).",
+        description="0: this process sends the replay; K >= 1: K load workers share it, Ray actors with "
+        "cluster.backend: ray, else K worker processes on this machine (either prepares every request "
+        "before the phase: memory holds them all).",
     )
     seed: int = Field(0, description="Seed for block text and rate arrivals (the salt stays per run).")
 
@@ -324,8 +325,6 @@ class ReplaySection(SectionBase):
             )
         if scn.load.kind != "sequential":
             raise ValueError("load: the replay test sets its own schedule (test.schedule); leave load out")
-        if self.workers and scn.cluster.backend != "ray":
-            raise ValueError("test.workers: load workers need cluster.backend: ray (0 = this process)")
         if scn.prompts.salt == "per_request":
             raise ValueError(
                 "prompts.salt: per_request would make every block unique; a replay keeps the trace's "

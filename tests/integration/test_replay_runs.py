@@ -71,6 +71,24 @@ async def test_unbounded_mock_hits_equal_the_ideal(tmp_path):
     assert summary["engine_block_tokens"] == MOCK_BLOCK
 
 
+async def test_replay_from_two_local_worker_processes(tmp_path):
+    # test.workers without a cluster: K processes on this machine, as load.workers does
+    trace = list(open_trace(SMALL))
+    run_dir, rows, reqs, mock_hits = await replay(
+        tmp_path, SMALL, **{"test.workers": 2, "test.concurrency": 2, "test.trace.speedup": 10}
+    )
+    assert [r["trace_line"] for r in rows] == [t.line for t in trace]  # every row once
+    sent = [reqs[r["request_id"]] for r in rows]
+    assert {s["worker"] for s in sent} == {"load-0", "load-1"}
+    assert [s["prompt_tokens_server"] for s in sent] == [t.input_length for t in trace]  # token-exact
+    assert [s["cached_tokens"] for s in sent] == mock_hits and sum(mock_hits) > 0
+    summary = json.loads((run_dir / "replay.json").read_text())
+    assert summary["load_backend"] == "processes" and summary["lateness"]["n"] == len(trace)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (phase,) = [ph for ph in manifest["phases"] if ph["name"] == "replay"]
+    assert phase["load_backend"]["backend"] == "processes" and phase["load_backend"]["sent"] == len(trace)
+
+
 async def test_bounded_mock_hits_equal_the_lru_simulation(tmp_path):
     capacity_blocks = 120  # well under the trace's ~4,700 mock blocks: eviction decides the hits
     profile = load_profile("ci")
