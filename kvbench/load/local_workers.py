@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench.errors import UsageError
-from kvbench.load.worker_phase import RemotePhase, WorkerBook, pack_share, split_shares
+from kvbench.load.worker_phase import RemotePhase, WorkerBook, open_phase, pack_share
 
 START_LEAD_NS = 20_000_000  # the common start, this far after the shares are staged (one small call each)
 CALL_TIMEOUT_S = 60.0  # a call a live worker did not answer (staging a large share included)
@@ -199,17 +199,9 @@ class LocalWorkersBackend:
         self, items: Sequence[Any], concurrency: int, paced: bool, phase: RemotePhase, origin_ns: int
     ) -> None:
         await self.ready(phase, origin_ns)
-        ready = [w for w in self.workers if w.state == "ready"]
-        shares = split_shares(len(items), concurrency, len(ready))
-        for w in self.workers:
-            w.new_phase([], 0)
-        record: dict[str, Any] = {
-            "backend": self.name,
-            "workers": [],
-            "requests": len(items),
-            "pinned": self.pin,
-        }
-        self.phases.append(record)
+        ready, shares, record = open_phase(
+            self.workers, len(items), concurrency, self.phases, self.name, pinned=self.pin
+        )
         self._last_end_ns, self._phase = None, phase
         active = ready[: len(shares)]
         try:

@@ -49,6 +49,7 @@ from kvbench.load.worker_phase import (
     PreparedRequest,
     RemotePhase,
     WorkerBook,
+    open_phase,
     pack_share,
     split_shares,
 )
@@ -184,13 +185,8 @@ class RayLoadBackend:
         self, items: Sequence[Any], concurrency: int, paced: bool, phase: RemotePhase, origin_ns: int
     ) -> None:
         await self.ready(phase, origin_ns)
-        ready = [w for w in self.workers if w.state == "ready"]
-        shares = split_shares(len(items), concurrency, len(ready))
-        for w in self.workers:
-            w.new_phase([], 0)
+        ready, shares, record = open_phase(self.workers, len(items), concurrency, self.phases, "ray")
         self._last_end_ns = None
-        record: dict[str, Any] = {"backend": "ray", "workers": [], "requests": len(items)}
-        self.phases.append(record)
         bodies: dict[bytes, int] = {}
         starts = []
         for w, (idx, conc) in zip(ready, shares, strict=False):

@@ -56,6 +56,21 @@ def split_shares(count: int, concurrency: int, workers: int) -> list[tuple[list[
     ]
 
 
+def open_phase(
+    workers: list[Any], items: int, concurrency: int, phases: list[dict[str, Any]], backend: str, **extra: Any
+) -> tuple[list[Any], list[tuple[list[int], int]], dict[str, Any]]:
+    """What a load backend does as a phase opens, the same on Ray and on local processes: the ready
+    workers and their shares (split_shares), every worker's book emptied, and the phase's manifest
+    record (`extra` beside the usual fields) appended to `phases`; returns (ready, shares, record)."""
+    ready = [w for w in workers if w.state == "ready"]
+    shares = split_shares(items, concurrency, len(ready))
+    for w in workers:
+        w.new_phase([], 0)
+    record: dict[str, Any] = {"backend": backend, "workers": [], "requests": items, **extra}
+    phases.append(record)
+    return ready, shares, record
+
+
 def pack_share(prepared: list[PreparedRequest], bodies: dict[bytes, int]) -> list[dict[str, Any]]:
     """A worker's share as it travels: each body by its index in `bodies` (filled here), sent once."""
     return [
