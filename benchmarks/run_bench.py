@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf_driver import aiperf_bin, run_aiperf, version_line
+from before_rule import RULE_REPEATS, rule_case
 from bench_common import (
     HERE,
     PY,
@@ -106,7 +107,7 @@ from kvbench.strict_json import dumps as strict_dumps
 RESULTS = HERE / "results"
 LOAD_LEVELS = {1: 100, 28: 600, 64: 1200, 256: 2000}  # connections: requests
 KVBENCH_TOOLS = ("kvbench", "kvbench_rx", "kvbench_user")
-BEFORE = "kvbench_before"  # kvbench as it was before #30 (--before-rev), in the capacity case only
+BEFORE = "kvbench_before"  # kvbench as it was before #30 (--before-rev), in the rule case only
 BEFORE_REV = "9d75495"  # the last commit before kernel-stamped sends (#30's "today")
 
 
@@ -374,8 +375,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--only",
         default="",
-        help="comma list of: ttft,capacity,itl10,load,cpu,long,floor,mock,mock_cpu,build,cli,ray,workers,"
-        "scraper",
+        help="comma list of: ttft,capacity,rule,itl10,load,cpu,long,floor,mock,mock_cpu,build,cli,ray,"
+        "workers,scraper",
     )
     ap.add_argument("--out", default=str(RESULTS / "latest"), help="output prefix (.json, .md added)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of run directories")
@@ -383,7 +384,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--before-rev",
         default=BEFORE_REV,
-        help=f"the commit whose kvbench the capacity case also runs (#30's rule; {BEFORE_REV}; '' none)",
+        help=f"the commit whose kvbench the rule case runs beside today's (#30; {BEFORE_REV}; '' none)",
     )
     ap.add_argument(
         "--before-src", default="", help="a folder holding --before-rev's kvbench/ (no git history here)"
@@ -407,6 +408,7 @@ def main() -> int:
     args = parse_args()
     configure([int(k) for k in args.workers.split(",") if k.strip()], args.pin_workers)
     every = {"ttft", "capacity", "itl10", "load", "cpu", "long", "floor", "mock", "build", "cli", "ray"}
+    every.add("rule")  # #30: capacity and CPU against kvbench before #30, paired (before_rule.py)
     every.add("mock_cpu")
     every.add("workers")  # 1 and 2 local worker processes at 256 connections (local_workers_bench.py)
     every.add("scraper")  # /metrics sampled at 0.1 s vs not, interleaved (scraper_overhead.py)
@@ -452,12 +454,11 @@ def main() -> int:
             "versions": {**versions(b.vllm), **({"aiperf": b.aiperf_version} if b.aiperf else {})},
         }
         res["tools"] = list(b.tools)
-        if "capacity" in only and args.before_rev:  # #30's rule: capacity and CPU not worse than before
+        if "rule" in only and args.before_rev:  # #30's rule: capacity and CPU not worse than before
             why = b.before_checkout(args.before_rev, args.before_src)
             res["before"] = {"rev": args.before_rev, "ran": why is None, **({"why": why} if why else {})}
             if why:
                 log(why)
-        cap_tools = (*b.tools, *([BEFORE] if b.before is not None else []))
         res["peers"] = peers_note if "vllm" not in b.tools else "ran"
         b.baselines()
         res["baseline"] = b.base
@@ -465,7 +466,7 @@ def main() -> int:
             ("ttft", lambda: b.case("ttft", 200, 28, ttft_ms=50.0, decode_ms=1.0)),
             (
                 "capacity",
-                lambda: b.case("capacity", args.capacity_requests, 64, cap_tools, ttft_ms=0.0, decode_ms=0.0),
+                lambda: b.case("capacity", args.capacity_requests, 64, ttft_ms=0.0, decode_ms=0.0),
             ),
             # tokens 10 ms apart (a real engine's pace): a late read finds fewer later tokens merged in
             ("itl10", lambda: b.case("itl10", 200, 28, ttft_ms=50.0, decode_ms=10.0)),
@@ -473,6 +474,8 @@ def main() -> int:
         for key, fn in steps:
             if key in only:
                 res[key] = fn()
+        if "rule" in only and b.before is not None:  # paired repeats (benchmarks/before_rule.py)
+            res["rule"] = rule_case(b, max(args.repeats, RULE_REPEATS))
         if "load" in only:
             res["load"] = {
                 str(c): b.case(f"load-{c}", n, c, ttft_ms=0.0, ttft_ms_max=5.0, decode_ms=1.0)

@@ -126,7 +126,21 @@ def test_build_body_is_byte_identical_to_json_dumps(prompt, api):
         expected["prompt"] = prompt
     expected["ignore_eos"] = True
     expected.update(cfg.extra_body)
-    assert body == json.dumps(expected, ensure_ascii=False).encode("utf-8")
+    want = json.dumps(expected, ensure_ascii=False).encode("utf-8")
+    assert body == want
+    assert build_body(cfg, prompt) == want  # again, from the config's frame and the kept prompt
+
+
+def test_each_config_gets_its_own_frame_and_a_replaced_prompt_is_built_whole():
+    prompt = "w " * 600  # over 1 KB: its escaped form is kept
+    a = ClientConfig(base_url="http://x", model="a", max_tokens=3)
+    b = ClientConfig(base_url="http://x", model="b", max_tokens=4)
+    for cfg in (a, b, a, b):
+        got = json.loads(build_body(cfg, prompt))
+        assert (got["model"], got["max_tokens"], got["prompt"]) == (cfg.model, cfg.max_tokens, prompt)
+    # extra_body naming the prompt field: no frame, the caller's value wins, as json.dumps would have it
+    c = ClientConfig(base_url="http://x", model="c", extra_body={"prompt": "theirs"})
+    assert json.loads(build_body(c, prompt))["prompt"] == "theirs"
 
 
 async def test_a_reused_connection_closed_by_the_server_is_resent_once():
