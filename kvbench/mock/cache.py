@@ -83,7 +83,8 @@ class LRUTier:
 
     def held(self, keys: Sequence[int]) -> list[bool]:
         """Whether each of `keys` is held (one C loop)."""
-        return list(self._blocks.held(keys))
+        held: list[bool] = self._blocks.held(keys)
+        return held
 
     def touch(self, keys: Sequence[int], start: int = 0, end: int | None = None) -> None:
         """Mark the held ones of keys[start:end] most recently used, in order (absent keys are

@@ -267,16 +267,15 @@ class Tokenizer:
     def _native_prompt(self, data: bytes | memoryview) -> PromptInfo | None:
         """prompt() of plain words through the C accelerator (native.py); None for other text.
 
-        One call gives the count, keys and digest (a prompt the tokenizer remembers is rare here:
-        the body memo catches a replayed body first); a remembered prompt keeps its first key tuple,
-        whose identity the cache's lookup memo follows. Its own memo: a text found there was
-        checked for plain words when first seen (the general path's memo may hold a text that came
-        JSON-escaped, which is not plain as raw bytes)."""
+        One call checks the words and gives the count, keys and digest (a prompt the tokenizer
+        remembers is rare here: the body memo catches a replayed body first); a remembered prompt
+        keeps its first key tuple, whose identity the cache's lookup memo follows. The same memo
+        key as the general path's: both give the same PromptInfo for the same text."""
         got = native.plain_keys(data, self.block_tokens, self._root_seed, self._digest_seed)
         if got is None:
             return None
         n, keys, digest = got
-        return self._cached(("n", len(data), digest), lambda: digest.to_bytes(8, "little"), lambda: (n, keys))
+        return self._cached(("p", len(data), digest), lambda: digest.to_bytes(8, "little"), lambda: (n, keys))
 
     def _count_and_keys(self, tokens: list[bytes]) -> tuple[int, tuple[int, ...]]:
         return len(tokens), block_keys(tokens, self.block_tokens, self.root)
