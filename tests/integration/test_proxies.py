@@ -146,8 +146,11 @@ async def test_unbuffered_keepalive_proxy_ttft_matches_the_mock(tmp_path):
 async def test_buffering_proxy_gets_the_burst_warning(tmp_path, capsys):
     port = free_port()
     # nginx's defaults (HTTP/1.0 upstream, buffering on); the mock's X-Accel-Buffering: no is ignored,
-    # as a gateway in front of nginx may drop it
-    async with spawned_mock("ci") as mock:
+    # as a gateway in front of nginx may drop it. nginx sends the headers at once and the buffered body
+    # when the stream ends, so a burst (last token within 1 ms of the headers) needs the whole stream
+    # well inside 1 ms: the ci profile's 16 tokens take ~0.9 ms, which a busy CI machine stretched past
+    # it (2 bursts of 6 beside a CPU hog); at a tenth of that pace they take ~0.1 ms
+    async with spawned_mock("ci", extra_args=["--set", "time_scale=0.001"]) as mock:
         conf = f"""
         server {{
             listen 127.0.0.1:{port};
