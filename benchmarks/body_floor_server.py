@@ -1,6 +1,6 @@
 """The least an aiohttp server can do with a completion request: `make bench`'s mock_cpu reference.
 
-It reads the body as the mock does (kvbench.mock.http_replies.read_body, with the mock's allocator
+It reads the body as the mock does (kvbench.mock.api.http_replies.read_body, with the mock's allocator
 settings, kvbench.mock.allocator) and streams 16 fixed token events, a usage chunk and [DONE] the
 way the mock's SseWriter does (one write per token, the last with the rest): no JSON decode, no
 tokenizer, no cache, no model. The CPU it spends per request, for a 120k-token body against a
@@ -22,7 +22,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kvbench.mock.allocator import keep_large_buffers
-from kvbench.mock.http_replies import read_body
+from kvbench.mock.api.http_replies import read_body
 
 TOKENS = 16
 _HEAD = b'data: {"id":"cmpl-floor","object":"text_completion","created":0,"model":"m","choices":['

@@ -19,7 +19,7 @@ from kvbench.audit.expr import ExprError, eval_expr, expr_names, parse_expr
 from kvbench.audit.figures import Figures
 from kvbench.audit.ledger import ClaimResult
 from kvbench.audit.quantities import Interval, exact_range, fmt_against, fmt_num, match, stated_range
-from kvbench.audit.readings import alternatives
+from kvbench.audit.readings.search import alternatives
 from kvbench.audit.schema import Claim
 from kvbench.audit.units import Unit, parse_unit
 

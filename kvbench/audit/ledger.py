@@ -62,7 +62,7 @@ class Reading:
     related: bool
     depth: int
     brief: str = ""  # numbers only, for the verdict table
-    slip: str = ""  # the slip kind (kvbench.audit.slips), "" for a reading through other figures
+    slip: str = ""  # the slip kind (kvbench.audit.readings.slips), "" for a reading through other figures
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

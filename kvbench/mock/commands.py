@@ -130,7 +130,7 @@ async def _serve(
     import signal
     import threading
 
-    from kvbench.mock.server import MockServer
+    from kvbench.mock.api.server import MockServer
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

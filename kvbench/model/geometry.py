@@ -207,7 +207,7 @@ def geometry_for_target(
 
     The mock profile's geometry (a preset name or fields) wins, else the user's `preset` (a preset
     or config.json), else the target model name when it is a preset. Reading these from a run's
-    manifest is the report's job (`kvbench.report.manifest`).
+    manifest is the report's job (`kvbench.report.core.manifest`).
     """
     if isinstance(profile_geometry, str) and profile_geometry in PRESETS:
         return PRESETS[profile_geometry], f"{where} ({profile_geometry})"

@@ -10,7 +10,7 @@ below (no asyncio, whose ssl import costs ~0.1 s per process, no pydantic, nothi
 connects ~25 ms after it is spawned. Keep it that way: a test checks what it imports.
 
 `--declare RATE` first sends the line `KVBNOISE RATE` (modelled bytes/s): the mock's fabric port then
-models this flow at RATE and its real bytes only confirm it is on (kvbench.mock.fabric); any other
+models this flow at RATE and its real bytes only confirm it is on (kvbench.mock.costs.fabric); any other
 sink discards the line with the rest.
 
 Protocol on stdout, one line each: `connected` | `error MESSAGE` | a cumulative byte count

@@ -5,7 +5,7 @@
 `available()` lists them and `reference_path(name)` finds a dataset's file; nothing here
 imports analysis code. Reading and validating a dataset is `kvbench.audit.load_reference`
 (schema: `kvbench/audit/__init__.py`); the `compare:` section (which measured quantity a run
-report sets next to which published figure) is read by `kvbench.report.published`.
+report sets next to which published figure) is read by `kvbench.report.published.comparison`.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         speedups recomputed from the data with bootstrap 95% CIs, model fits, and, for runs naming a
         reference dataset (ibm-g4), measured next to published figures. Works offline.
         """
-        from kvbench.report.sweep import is_sweep_dir, write_sweep_report
+        from kvbench.report.sweep.tables import is_sweep_dir, write_sweep_report
 
         if is_sweep_dir(run_dir):  # a sweep directory: its summary, from sweep.json
             write_sweep_report(run_dir, quiet=quiet, redraw=True)

@@ -12,7 +12,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kvbench.errors import UsageError
-from kvbench.report.formats import Section, Table, fmt, fmt_ci, print_table, to_html, to_markdown, write_json
+from kvbench.report.core.formats import (
+    Section,
+    Table,
+    fmt,
+    fmt_ci,
+    print_table,
+    to_html,
+    to_markdown,
+    write_json,
+)
 from kvbench.report.summary import RunSummary
 
 PHASE_HEAD = ["run", "phase", "label", "ok", "errors", "req/s", "req/s vs {base}", "TTFT p50 (ms)"]
@@ -172,7 +181,7 @@ def compare_tables(names: list[str], summaries: list[RunSummary]) -> list[Sectio
 
 def compare_plots(names: list[str], summaries: list[RunSummary], out: Path) -> list[Path]:
     """compare_rates.png (every phase's rate) and, when any run has TTFT per length, compare_ttft.png."""
-    from kvbench.report import plots
+    from kvbench.report.core import plots
 
     fig, (ax,) = plots.new_figure(width=9)
     bar_names = [f"{p.label} {n}:{p.phase}" for n, s in zip(names, summaries, strict=True) for p in s.phases]
@@ -204,10 +213,10 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
     if len(run_dirs) < 2:
         raise UsageError("compare: give at least two run directories")
     out = Path(out_dir) if out_dir else default_compare_dir()
-    from kvbench.report.sweep import is_sweep_dir
+    from kvbench.report.sweep.tables import is_sweep_dir
 
     if any(is_sweep_dir(Path(d)) for d in run_dirs):  # sweep directories: point by point
-        from kvbench.report.sweep_compare import compare_sweeps
+        from kvbench.report.sweep.compare import compare_sweeps
 
         return compare_sweeps([Path(d) for d in run_dirs], out, quiet=quiet)
     out.mkdir(parents=True, exist_ok=True)
@@ -216,7 +225,7 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None, quiet: bool 
     sections = compare_tables(names, summaries)
     images = compare_plots(names, summaries, out)
     if any(s.sessions for s in summaries):
-        from kvbench.report.sessions import compare_sessions
+        from kvbench.report.sessions.turns import compare_sessions
 
         section, image = compare_sessions(names, run_dirs, out)
         if section is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvbench.report.formats import Section, Table, fmt
+from kvbench.report.core.formats import Section, Table, fmt
 from kvbench.report.summary import RunSummary
 
 LATE_SHARE = 0.10  # the mock's lateness above this share of a phase's modelled TTFT: a warning

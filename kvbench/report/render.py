@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench.report.formats import clean_json as _clean  # noqa: F401  (the audit command's JSON output)
-from kvbench.report.formats import print_table, to_html, to_markdown, write_json
+from kvbench.report.core.formats import clean_json as _clean  # noqa: F401  (the audit command's JSON output)
+from kvbench.report.core.formats import print_table, to_html, to_markdown, write_json
 from kvbench.results.files import write_text_atomic
 
 
@@ -22,8 +22,8 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
 
     Prints the key table unless `quiet`. Works on complete, interrupted, killed and empty runs.
     """
-    from kvbench.report.noise_report import console_lines
-    from kvbench.report.published import published_points, published_speedups
+    from kvbench.report.noisy.section import console_lines
+    from kvbench.report.published.comparison import published_points, published_speedups
     from kvbench.report.run_plots import Published, save_run_plots
     from kvbench.report.sections import build_sections, key_table
     from kvbench.report.summary import build_summary
@@ -38,14 +38,14 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
         )
     images = save_run_plots(run_dir, df, summary, noise_rows, overlay)
     if summary.sessions:
-        from kvbench.report.sessions import read_turns, save_session_plots
+        from kvbench.report.sessions.turns import read_turns, save_session_plots
 
         images += save_session_plots(read_turns(run_dir), run_dir)
     if summary.run.test == "replay":
-        from kvbench.report.replay import save_replay_plots
+        from kvbench.report.replay.section import save_replay_plots
 
         images += save_replay_plots(run_dir)
-    from kvbench.report.slice_section import slices_section
+    from kvbench.report.slices.section import slices_section
 
     over_time = slices_section(run_dir, df, geometry)  # the run in time slices: table, slices.csv, PNGs
     extra = [over_time] if over_time is not None else []

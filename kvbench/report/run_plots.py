@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvbench.report import plots
+from kvbench.report.core import plots
 from kvbench.report.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def _ttft_plot(run_dir: Path, summary: RunSummary, published: Published | None) 
 def _noise_plot(
     run_dir: Path, df: pd.DataFrame, summary: RunSummary, noise_rows: list[dict[str, Any]]
 ) -> Path | None:
-    from kvbench.report import stats, timeline
+    from kvbench.report.core import stats, timeline
 
     quiet = df[df["label"] == "quiet"]
     noisy = df[df["label"] == "noisy"]
@@ -94,7 +94,7 @@ def save_run_plots(
     published: Published | None = None,
 ) -> list[Path]:
     """Write the PNGs that apply to this run; returns their paths."""
-    from kvbench.report import stats, timeline
+    from kvbench.report.core import stats, timeline
 
     out: list[Path] = []
     ttft = _ttft_plot(run_dir, summary, published)
@@ -117,7 +117,7 @@ def save_run_plots(
     noise = _noise_plot(run_dir, df, summary, noise_rows or [])
     if noise is not None:
         out.append(noise)
-    from kvbench.report.noise_plots import save_noise_plots
+    from kvbench.report.noisy.plots import save_noise_plots
 
     out += save_noise_plots(run_dir, summary)
     return out

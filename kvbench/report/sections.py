@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench.report.formats import Section, Table, fmt, fmt_ci, fmt_ms_as_s
+from kvbench.report.core.formats import Section, Table, fmt, fmt_ci, fmt_ms_as_s
 from kvbench.report.mock_lateness import mock_lateness_section
-from kvbench.report.noise_report import noise_section
+from kvbench.report.noisy.section import noise_section
 from kvbench.report.summary import RunSummary
 from kvbench.results.schema import LengthRangeInfo, LoadShape
 
@@ -267,7 +267,7 @@ def sessions_section(summary: RunSummary) -> Section | None:
     """Sessions test: the per-turn table and the later turns by the tier that served them."""
     if not summary.sessions:
         return None
-    from kvbench.report.sessions import session_rows_from_table, tier_rows
+    from kvbench.report.sessions.turns import session_rows_from_table, tier_rows
 
     header, rows = session_rows_from_table(summary.sessions["per_turn"])
     th, tr = tier_rows(summary.sessions)
@@ -290,7 +290,7 @@ def build_sections(
     if (sessions := sessions_section(summary)) is not None:
         secs.append(sessions)
     if summary.run.test == "replay":
-        from kvbench.report.replay import replay_section
+        from kvbench.report.replay.section import replay_section
 
         if (replay := replay_section(Path(summary.run.run_dir))) is not None:
             secs.append(replay)
@@ -380,7 +380,7 @@ def key_table(summary: RunSummary) -> Table:
             ]
         )
     if summary.run.test == "replay":
-        from kvbench.report.replay import key_rows
+        from kvbench.report.replay.section import key_rows
 
         rows += key_rows(Path(summary.run.run_dir))
     if not rows:

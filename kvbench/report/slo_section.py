@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kvbench.report.formats import Section, Table, fmt
-from kvbench.report.goodput import point_metrics
+from kvbench.report.core.formats import Section, Table, fmt
+from kvbench.report.core.goodput import point_metrics
 from kvbench.results import REQUESTS, SCENARIO, load_record, read_jsonl
 from kvbench.scenario.slo import Slo
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from kvbench.errors import UsageError
-from kvbench.report import published
-from kvbench.report.manifest import RunManifest, read_run_manifest
+from kvbench.report.core.manifest import RunManifest, read_run_manifest
+from kvbench.report.published import comparison as published
 from kvbench.report.summary_model import (
     REPORT_VERSION,
     NoiseImpact,
@@ -71,7 +71,7 @@ def _read_noise(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _load_requests(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
-    from kvbench.report import stats
+    from kvbench.report.core import stats
     from kvbench.results import load_run
 
     with warnings.catch_warnings(record=True) as caught:
@@ -110,8 +110,8 @@ def build_summary(
     run_dir: Path | str, geometry: str | None = None, seed: int | None = None
 ) -> tuple[RunSummary, pd.DataFrame, list[dict[str, Any]]]:
     """(summary, requests DataFrame, noise rows) of one run directory."""
-    from kvbench.report import fits, stats
-    from kvbench.report.delivery import delivery_notes, phase_delivery
+    from kvbench.report.core import fits, stats
+    from kvbench.report.core.delivery import delivery_notes, phase_delivery
 
     run = read_run_manifest(run_dir)
     df, notes = _load_requests(run.run_dir)
@@ -157,7 +157,7 @@ def build_summary(
         notes.append(why_not)
     summary = summary.model_copy(update={"published": comparison, "notes": notes})
     if run.manifest.test == "sessions":
-        from kvbench.report.sessions import turns_summary
+        from kvbench.report.sessions.turns import turns_summary
 
         # users' pauses pace a sessions phase: its req/s ratio to the baseline says nothing
         summary = summary.model_copy(update={"sessions": turns_summary(run.run_dir), "throughput": None})
@@ -182,7 +182,8 @@ def _noise_fields(
     run: RunManifest, df: pd.DataFrame, phase_list: list[Any], impact: NoiseImpact | None
 ) -> dict[str, Any]:
     """attribution, noise_effect and noise_explained (report.attribution, report.effect)."""
-    from kvbench.report import attribution, effect, noise_explain
+    from kvbench.report.noisy import attribution, effect
+    from kvbench.report.noisy import explain as noise_explain
 
     truth: list[dict[str, Any]] = []
     gt_path = run.run_dir / GROUND_TRUTH

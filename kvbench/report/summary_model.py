@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvbench.report.attribution import PhaseAttribution
-from kvbench.report.effect import NoiseEffect
-from kvbench.report.manifest import TimeScale
-from kvbench.report.noise_explain import NoiseExplanation
+from kvbench.report.core.manifest import TimeScale
+from kvbench.report.noisy.attribution import PhaseAttribution
+from kvbench.report.noisy.effect import NoiseEffect
+from kvbench.report.noisy.explain import NoiseExplanation
 from kvbench.results.schema import LoadShape
 
 # 2: run.load is the manifest's own load shape (results.schema.LoadShape), its origin in run.load_source

@@ -3,7 +3,7 @@
 A turn's timed request is also a row of requests.jsonl (same `request_id`); turns.jsonl adds
 what only a conversation has: which user and turn, how long the history is, how much of it the
 server reused, from which tier, and how long the user paused. Pure (no pandas): the console
-table at the end of a run and the report (kvbench.report.sessions) read the same functions.
+table at the end of a run and the report (kvbench.report.sessions.turns) read the same functions.
 
 Serving tier: the tier that served most of the turn's cached tokens (`tokens_by_tier`), or
 `none` when nothing was reused. Its source, `tier_source`, says how it is known: the mock's

@@ -189,7 +189,7 @@ def validate_cmd(
     ] = None,
 ) -> None:
     """Validate a scenario and print it fully resolved (defaults filled in), or one line per problem."""
-    from kvbench.run.names import check_names
+    from kvbench.run.preflight.names import check_names
     from kvbench.scenario import load_scenario, scenario_to_yaml
 
     scn, path = load_scenario(scenario, _parse_set(set_values or []))

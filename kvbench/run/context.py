@@ -21,11 +21,11 @@ from kvbench.load.backends import LoadBackend, load_backend
 from kvbench.load.prompts import Prompt, TokenCounter, make_salt
 from kvbench.results import JsonlWriter, RunDir
 from kvbench.results.schema import Label, PhaseEntry, TtftStep
-from kvbench.run.cold import cold_probe_verdict, reset_cache
-from kvbench.run.limits import CLIENT_LIMIT, client_limit_message, is_client_limit
-from kvbench.run.live import TappedScraper
-from kvbench.run.progress import Progress
-from kvbench.run.target import TargetInfo
+from kvbench.run.console.live import TappedScraper
+from kvbench.run.console.progress import Progress
+from kvbench.run.preflight.cold import cold_probe_verdict, reset_cache
+from kvbench.run.preflight.limits import CLIENT_LIMIT, client_limit_message, is_client_limit
+from kvbench.run.preflight.target import TargetInfo
 from kvbench.scenario import Scenario
 from kvbench.telemetry.sampler import build_sampler
 

@@ -40,8 +40,8 @@ class TestType:
 
 
 def _registry() -> dict[str, TestType]:
-    from kvbench.run.replay import run_replay
-    from kvbench.run.sessions import run_sessions
+    from kvbench.run.replay.phases import run_replay
+    from kvbench.run.sessions.phases import run_sessions
     from kvbench.run.throughput import run_throughput
     from kvbench.run.ttft import pin_slot, run_ttft
 

@@ -46,13 +46,13 @@ from kvbench.results.schema import (
     TargetRecord,
 )
 from kvbench.run.context import Run, RunOptions
-from kvbench.run.limits import check_cluster_room, ensure_open_files
 from kvbench.run.mock_lateness_record import record_mock_lateness
-from kvbench.run.names import check_names
+from kvbench.run.preflight.limits import check_cluster_room, ensure_open_files
+from kvbench.run.preflight.names import check_names
+from kvbench.run.preflight.target import TargetInfo, embedded_mock, identify, preflight, request_headers
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
 from kvbench.run.remote import connect_cluster
-from kvbench.run.target import TargetInfo, embedded_mock, identify, preflight, request_headers
 from kvbench.scenario import Scenario, scenario_to_yaml
 
 __all__ = ["RunOptions", "RunOutcome", "run_scenario"]

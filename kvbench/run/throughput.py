@@ -163,7 +163,7 @@ async def run_phase(
         await backend.ready(work, run.origin_ns)
     async with noise_for(run, plan) as noise:
         started = run.client.now()  # after the noise is up: its start-up is not phase time
-        run.progress.sending(noise)  # the live view's noise GB/s (kvbench.run.live)
+        run.progress.sending(noise)  # the live view's noise GB/s (kvbench.run.console.live)
         async with run.scraper.during(plan.name, scn.telemetry.interval_s):
             try:
                 await run.load_backend.run(scn.load, items, work)

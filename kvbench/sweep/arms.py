@@ -60,7 +60,7 @@ def _ratio(a: list[float], b: list[float]) -> tuple[float | None, tuple[float, f
     """median(a) / median(b) - 1 and its bootstrap interval (None with fewer than two a side)."""
     import numpy as np
 
-    from kvbench.report.stats import bootstrap_ratio_ci
+    from kvbench.report.core.stats import bootstrap_ratio_ci
 
     if not a or not b:
         return None, None

@@ -9,7 +9,7 @@ cached share of the warm prompt and, where the engine counts hits by source, the
 A point's working set is the tokens the warm request's KV must survive: its own prompt (cold)
 plus the filler prompts sent between cold and warm (`test.eviction: filler`). The mock writes
 every computed block through to every enabled tier, each an LRU of capacity_bytes / block bytes
-(kvbench/mock/cache.py), so the warm prompt comes from the fastest tier that holds the whole
+(kvbench/mock/costs/cache.py), so the warm prompt comes from the fastest tier that holds the whole
 working set, and is recomputed beyond the largest. The boundary of a tier is its capacity in
 tokens: capacity_bytes / (KV bytes per token x block tokens), whole blocks, x block tokens.
 
@@ -118,8 +118,8 @@ class Boundary:
 def mock_tiers(scn: Any) -> tuple[dict[str, tuple[int, str]], str, float | None]:
     """The embedded mock's tiers in tokens (by tier, with a source), a note, KV bytes per token."""
     from kvbench.mock.config import TieredProfile
+    from kvbench.mock.costs.timing import derive_params
     from kvbench.mock.profiles import load_profile
-    from kvbench.mock.timing import derive_params
 
     name = scn.target.mock_profile
     profile = load_profile(name, {**scn.test.mock_defaults, **scn.target.mock_overrides})

@@ -143,7 +143,7 @@ def refuse_flags(flags: dict[str, object]) -> None:
 
 def finish(sweep_dir: Path, state: SweepState, quiet: bool) -> None:
     """The sweep's plots, then its summary (printed unless quiet)."""
-    from kvbench.report.sweep import write_sweep_report
+    from kvbench.report.sweep.tables import write_sweep_report
     from kvbench.sweep.plots import write_plots
 
     write_plots(sweep_dir, state)
@@ -224,7 +224,7 @@ def redraw_plots(sweep_dir: Path, data: dict[str, object]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from kvbench.report.sweep import PLOT_WRITERS
+    from kvbench.report.sweep.tables import PLOT_WRITERS
 
     if redraw_plots not in PLOT_WRITERS:  # the report layer redraws a sweep's plots without importing it
         PLOT_WRITERS.append(redraw_plots)

@@ -13,7 +13,7 @@ from typing import Any
 from kvbench import __version__
 from kvbench.configfile import Raw
 from kvbench.errors import KvbenchError, UsageError
-from kvbench.run.names import check_names
+from kvbench.run.preflight.names import check_names
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import Scenario, load_scenario
 from kvbench.sweep.arms import arm_overhead, baseline_overrides, offload_off_overrides

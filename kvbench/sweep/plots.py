@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kvbench.report.sweep import summary_rows
+from kvbench.report.sweep.tables import summary_rows
 from kvbench.sweep.state import SweepState
 
 

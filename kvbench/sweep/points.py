@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kvbench.report.goodput import percentile, point_metrics
+from kvbench.report.core.goodput import percentile, point_metrics
 from kvbench.results import REQUESTS, load_record, read_jsonl
 
 # rows that are not a measurement of the load: cold-start probes, cache fills, TTFT fillers
@@ -41,8 +41,8 @@ def mock_params(scn: Any) -> Any:
     if scn.target.base_url is not None:
         return None
     from kvbench.mock.config import TieredProfile
+    from kvbench.mock.costs.timing import derive_params
     from kvbench.mock.profiles import load_profile
-    from kvbench.mock.timing import derive_params
 
     profile = load_profile(scn.target.mock_profile, {**scn.test.mock_defaults, **scn.target.mock_overrides})
     return derive_params(profile) if isinstance(profile, TieredProfile) else None

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvbench.report.goodput import verdict, wilson
+from kvbench.report.core.goodput import verdict, wilson
 
 
 @dataclass(frozen=True)

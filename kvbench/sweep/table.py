@@ -1,11 +1,11 @@
 """The sweep's summary table beside sweep.json: CSV, Parquet when pyarrow is there, Markdown.
-Rows come from kvbench.report.sweep, so `kvbench report SWEEP_DIR` shows the same table."""
+Rows come from kvbench.report.sweep.tables, so `kvbench report SWEEP_DIR` shows the same table."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench.report.sweep import sweep_markdown, write_table_files
+from kvbench.report.sweep.tables import sweep_markdown, write_table_files
 from kvbench.results.files import write_text_atomic
 from kvbench.sweep.state import SweepState
 

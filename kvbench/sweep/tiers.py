@@ -167,7 +167,7 @@ def reported_capacities(scn: Any, engine: str | None) -> list[TierCapacity]:
         return []
     if not adapter.capacity_paths:
         return []
-    from kvbench.run.target import request_headers
+    from kvbench.run.preflight.target import request_headers
 
     try:
         headers = request_headers(scn, None)

@@ -5,7 +5,7 @@ hash_ids[i]) numbered densely in first-seen order. Published traces already chai
 id implies its prefix), so this changes nothing for them; a hand-written trace that reuses an id
 after a different prefix gets a different block, as a real prefix cache would.
 
-The rules (the same as kvbench's mock, mock/cache.py, so that the mock's ground truth and this
+The rules (the same as kvbench's mock, mock/costs/cache.py, so that the mock's ground truth and this
 simulation agree):
 
 * A row's hit is the longest prefix of its blocks held in SOME tier, counted in the fastest tier

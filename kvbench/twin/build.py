@@ -4,7 +4,7 @@ The twin is a tiered profile in real time (time_scale 1) whose cache hits all co
 G4, standing for whatever tier served the system's warm requests (GPU memory, host RAM, a disk or
 networked storage): its latency and bandwidth are the fitted onboarding; G1-G3 cache nothing, so a
 hit is never cheaper than the system's was. G2 still stages the G4 reads, at a bandwidth well above
-the fitted one so the fitted stage stays the bottleneck (as in kvbench.mock.timing's fit).
+the fitted one so the fitted stage stays the bottleneck (as in kvbench.mock.costs.timing's fit).
 
 Not modelled by the mock, so only recorded: the fixed cost per request (the twin's own HTTP and
 client cost stands in for it), the link sharing under noise (the base's fabric knobs are kept), and
@@ -20,8 +20,8 @@ from typing import Any
 
 from kvbench.errors import UsageError
 from kvbench.mock.config import TieredProfile
+from kvbench.mock.costs.timing import ModelParams, derive_params
 from kvbench.mock.profiles import load_profile, validate_profile
-from kvbench.mock.timing import ModelParams, derive_params
 from kvbench.model.kv_geometry import PRESETS
 from kvbench.model.prefill import prefill_time
 from kvbench.twin import fit as F

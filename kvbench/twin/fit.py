@@ -7,7 +7,7 @@ are all >= 0 (three columns at most: seven small solves, exact, no iteration).
 
     cold TTFT(n)          = a*n + c*n^2 + f          prefill (kvbench.model.prefill) + fixed cost
     warm TTFT(n | k) - prefill(n | k) - f - tail = L + bytes(k) / BW     the serving tier's onboarding
-    inter-token time(m)   = base + bytes(m) / HBM    one decode step (kvbench.mock.timing)
+    inter-token time(m)   = base + bytes(m) / HBM    one decode step (kvbench.mock.costs.timing)
 
 With only two distinct cold lengths there is no room for f: a and c come from
 `kvbench.model.prefill.fit_prefill`, the two-point fit the mock and the audit use.

@@ -25,7 +25,7 @@ def test_noisy_throughput_with_fio_storage_noise(tmp_path: Path) -> None:
         pytest.skip("llama.cpp is not installed (kvbench engines install llamacpp)")
     if shutil.which("fio") is None:
         pytest.skip("fio is not installed (.ci/run installs it; Debian: apt-get install fio)")
-    from kvbench.report.noise_report import console_lines
+    from kvbench.report.noisy.section import console_lines
     from kvbench.report.summary import build_summary
 
     out = tmp_path / "results"

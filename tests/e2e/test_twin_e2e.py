@@ -17,8 +17,8 @@ from engine_e2e import ROOT, Run, check_all_ok, kvbench_run, say
 
 from kvbench.engines.install import Installed
 from kvbench.engines.serve import EngineProcess, running_engine
+from kvbench.mock.costs.timing import derive_params
 from kvbench.mock.profiles import load_profile
-from kvbench.mock.timing import derive_params
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvbench.run.limits import CLIENT_LIMIT, is_client_limit
+from kvbench.run.preflight.limits import CLIENT_LIMIT, is_client_limit
 
 pytestmark = pytest.mark.slow
 

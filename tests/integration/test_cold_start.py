@@ -20,8 +20,8 @@ import pytest
 from aiohttp import web
 
 from kvbench.errors import ColdUnverified
+from kvbench.mock.api.server import MockApp, MockServer
 from kvbench.mock.faults import FaultDecision, FaultPlan
-from kvbench.mock.server import MockApp, MockServer
 from kvbench.mock.spawn import spawned_mock
 from kvbench.results import read_manifest
 from kvbench.run.runner import RunOptions, run_scenario
@@ -65,7 +65,7 @@ async def test_failed_first_probe_then_clean_second_does_not_verify(tmp_path, mo
         self.count += 1
         return FaultDecision(self.count, error_status=503 if self.count % 2 else None)
 
-    from kvbench.mock import completions
+    from kvbench.mock.api import completions
 
     complete = completions._complete
 

@@ -20,7 +20,7 @@ import pytest
 from kvbench.client import ClientConfig, build_body
 from kvbench.load.local_workers import LocalWorkersBackend
 from kvbench.load.worker_phase import NOT_SENT, WORKER_LOST, PreparedRequest
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 from kvbench.results import read_jsonl, read_manifest
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario

@@ -393,7 +393,7 @@ async def test_probe_stops_a_run_whose_streams_are_cut(tmp_path):
 
 async def test_probe_tries_again_after_one_cut_stream(tmp_path):
     """A busy server's one-off failure does not stop the run: the second attempt passes."""
-    from kvbench.run.target import probe_timed
+    from kvbench.run.preflight.target import probe_timed
 
     posts = []
 
@@ -427,7 +427,7 @@ async def test_probe_stops_a_run_whose_long_bodies_a_proxy_refuses(tmp_path, tok
             w.write(OK_STREAM)
 
     async with RawServer(server) as srv, make_session(1, 5) as session:
-        from kvbench.run.target import probe_timed
+        from kvbench.run.preflight.target import probe_timed
 
         scn, _ = load_scenario("throughput", {"target.base_url": srv.url, "prompts.lengths": [tokens]})
         probe = probe_timed(ControlClient(session, srv.url, {}), scn, "m")

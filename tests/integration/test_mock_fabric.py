@@ -10,7 +10,7 @@ import json
 
 import aiohttp
 
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 
 OVERRIDES = {
     "tiers.G1.enabled": False,

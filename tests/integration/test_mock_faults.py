@@ -7,7 +7,7 @@ import time
 import aiohttp
 import pytest
 
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 
 BODY = {"prompt": "fault test prompt", "max_tokens": 6, "stream": True}
 

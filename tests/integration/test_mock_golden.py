@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 
 GOLDEN = Path(__file__).with_name("mock_golden.json")
 FIELDS = ("prompt_tokens", "cached_tokens", "tokens_computed", "tokens_from_tier", "bytes_from_tier")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 from kvbench.report.mock_lateness import phase_lateness
 
 

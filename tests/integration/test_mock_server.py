@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 
 
 async def post_stream(session, url, body, headers=None):

@@ -113,7 +113,7 @@ async def test_default_noisy_run_is_slower_with_an_interval_and_bound_by_g4_onbo
     assert x.noisy_left_bytes_per_s == x.quiet_left_bytes_per_s == 8e10
     assert x.bandwidth_predicts_drop is False and len(x.other_mechanisms) == 3
     check_attribution_against_ground_truth(run_dir, s)
-    from kvbench.report.noise_report import console_lines
+    from kvbench.report.noisy.section import console_lines
 
     lines = console_lines(s)
     assert len(lines) == 3 and "distinguishable from zero" in lines[0]
@@ -180,7 +180,7 @@ async def test_shipped_default_noisy_scenario_offers_the_published_noise_and_say
     x = s.noise_explained
     assert x is not None and x.resource == "fabric" and x.bandwidth_predicts_drop is False
     assert "bandwidth alone predicts no slowdown" in x.sentence
-    from kvbench.report.noise_report import console_lines
+    from kvbench.report.noisy.section import console_lines
 
     lines = console_lines(s)
     assert "200 GB/s of 200 GB/s offered by 4 flows on the storage_read" in lines[2], lines[2]

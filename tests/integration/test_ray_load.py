@@ -20,7 +20,7 @@ from kvbench.client import ClientConfig, build_body
 from kvbench.cluster import ray_available
 from kvbench.cluster.session import ClusterLimits, connect
 from kvbench.load.ray_backend import WORKER_LOST, PreparedRequest, RayLoadBackend, split_shares
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 
 pytestmark = [
     pytest.mark.ray,

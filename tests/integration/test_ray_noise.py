@@ -31,7 +31,7 @@ from raycluster import (
 from kvbench.cluster import ray_available
 from kvbench.cluster.session import ClusterLimits, connect
 from kvbench.errors import UsageError
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 from kvbench.noise import noise_generator
 from kvbench.noise.ray_backend import RayNoiseBackend
 from kvbench.noise.ray_plan import RayNoiseOptions

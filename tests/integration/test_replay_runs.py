@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from kvbench.mock.costs.timing import derive_params
 from kvbench.mock.profiles import load_profile
-from kvbench.mock.timing import derive_params
 from kvbench.results import read_jsonl
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario

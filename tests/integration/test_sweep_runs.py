@@ -148,9 +148,9 @@ def test_goodput_search_lands_within_one_step_of_the_modelled_capacity(kvbench, 
     """ci's GPU shares prefill between the requests on it: c uncached 20k-token prompts started
     together each see about c prefill times of TTFT. The SLO sits between the model's TTFT at
     the capacity and one connection more, and the search must find that capacity (or a step off)."""
-    from kvbench.mock.prediction import predict_closed_loop
+    from kvbench.mock.costs.prediction import predict_closed_loop
+    from kvbench.mock.costs.timing import derive_params
     from kvbench.mock.profiles import load_profile
-    from kvbench.mock.timing import derive_params
 
     profile = load_profile("ci")
     params = derive_params(profile)

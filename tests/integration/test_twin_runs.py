@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvbench.mock.costs.timing import derive_params
 from kvbench.mock.profiles import load_profile
-from kvbench.mock.timing import derive_params
 from kvbench.results import load_run
 from kvbench.run.runner import RunOptions, run_scenario
 from kvbench.scenario import load_scenario

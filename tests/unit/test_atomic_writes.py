@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from kvbench.report.formats import write_json
+from kvbench.report.core.formats import write_json
 from kvbench.results import files
 from kvbench.results.files import WriteFailed, save_figure_atomic
 

@@ -1,4 +1,4 @@
-"""Readings as slip kinds (kvbench.audit.slips): one fictional paper per kind in
+"""Readings as slip kinds (kvbench.audit.readings.slips): one fictional paper per kind in
 tests/data/claims/slips/ (the key is in each file's header), and the coincidence rule."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from kvbench.audit import audit, load_claims
 from kvbench.audit.figures import Figures
-from kvbench.audit.reading_pool import Search
-from kvbench.audit.slips import SLIPS, dropped_multiplier
+from kvbench.audit.readings.pool import Search
+from kvbench.audit.readings.slips import SLIPS, dropped_multiplier
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "claims"
 SLIPS_DIR = DATA / "slips"

@@ -135,7 +135,7 @@ def test_unknown_names_are_one_line_before_anything_starts(run_cli, tmp_path, co
 def test_a_noise_kind_the_cluster_cannot_place_is_refused(monkeypatch):
     from kvbench import noise
     from kvbench.errors import UsageError
-    from kvbench.run.names import check_names
+    from kvbench.run.preflight.names import check_names
     from kvbench.scenario import load_scenario
     from kvbench.scenario.cluster import ClusterSection
     from kvbench.scenario.noise import FioNoise

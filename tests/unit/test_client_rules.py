@@ -10,7 +10,7 @@ from kvbench.baseurl import BaseURL, Redactor, auth_headers, redact_url
 from kvbench.client import ClientConfig, RequestRecord, ResponseStream, burst_warning, is_burst
 from kvbench.client.delivery import judge
 from kvbench.client.detail import error_detail
-from kvbench.run.target import TargetInfo, request_headers
+from kvbench.run.preflight.target import TargetInfo, request_headers
 from kvbench.scenario import load_scenario, scenario_to_yaml
 
 NGINX_502 = (
@@ -228,6 +228,6 @@ def test_stream_error_knows_every_error_shape(obj, message):
     ],
 )
 def test_models_answer_says_what_the_page_said(status, body, said):
-    from kvbench.run.target import _models_answer
+    from kvbench.run.preflight.target import _models_answer
 
     assert _models_answer(status, body).startswith(said)

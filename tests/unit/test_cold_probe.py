@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvbench.run.cold import cold_probe_verdict
+from kvbench.run.preflight.cold import cold_probe_verdict
 
 
 @dataclass

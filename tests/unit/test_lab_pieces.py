@@ -132,7 +132,7 @@ def test_manifest_only_for_lab_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_report_banner_says_lab_not_production() -> None:
     from kvbench.lab.manifest import BANNER
-    from kvbench.report.manifest import RunManifest
+    from kvbench.report.core.manifest import RunManifest
     from kvbench.report.summary import simulated_banner
     from kvbench.results import load_manifest
 

@@ -1,5 +1,6 @@
 """The structure rules, enforced: imports go only downward (import-linter contracts in
-pyproject.toml), no module over 450 lines, no function over 100 lines."""
+pyproject.toml), no module over 450 lines, no function over 100 lines, no package directory with
+more than 15 modules at one level (a hall gets rooms), and every room says its job in one line."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kvbench"
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 100
+MAX_ROOM_MODULES = 15  # .py files in one directory, __init__ and __main__ included
 
 # Allow-lists for a module or function over its limit while it waits for its split: empty now.
 # An entry that is no longer over its limit fails the test, so the lists can only shrink.
@@ -46,6 +48,29 @@ def test_no_module_over_the_limit() -> None:
     assert set(over) <= BIG_MODULES, f"modules over {MAX_MODULE_LINES} lines: {set(over) - BIG_MODULES}"
     fixed = BIG_MODULES - set(over)
     assert not fixed, f"no longer over the limit, remove from BIG_MODULES: {fixed}"
+
+
+def _packages() -> list[Path]:
+    return sorted(p.parent for p in PACKAGE.rglob("__init__.py") if "__pycache__" not in p.parts)
+
+
+def test_no_package_is_a_hall() -> None:
+    halls = {
+        d.relative_to(ROOT).as_posix(): n
+        for d in _packages()
+        if (n := len(list(d.glob("*.py")))) > MAX_ROOM_MODULES
+    }
+    assert not halls, f"package directories over {MAX_ROOM_MODULES} modules (give them rooms): {halls}"
+
+
+def test_every_room_says_its_job() -> None:
+    """Each package's __init__ opens with a docstring whose first line says what the room is for."""
+    silent = []
+    for d in _packages():
+        doc = ast.get_docstring(ast.parse((d / "__init__.py").read_text(encoding="utf-8")))
+        if not doc or len(doc.splitlines()[0].split()) < 4:
+            silent.append(d.relative_to(ROOT).as_posix())
+    assert not silent, f"packages without a one-line job in their __init__ docstring: {silent}"
 
 
 def test_no_function_over_the_limit() -> None:

@@ -12,9 +12,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvbench.client import RequestRecord
-from kvbench.run import progress as progress_mod
-from kvbench.run.live import RESERVOIR, PhaseStats, Reservoir, panel
-from kvbench.run.progress import Progress
+from kvbench.run.console import progress as progress_mod
+from kvbench.run.console.live import RESERVOIR, PhaseStats, Reservoir, panel
+from kvbench.run.console.progress import Progress
 from kvbench.telemetry.serve_metrics import RunMetrics
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvbench.mock.cache import TieredKVCache
+from kvbench.mock.costs.cache import TieredKVCache
 
 TIERS = ("G1", "G2", "G3", "G4")
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from kvbench.mock import native
-from kvbench.mock.plain_body import split_prompt
+from kvbench.mock.api.plain_body import split_prompt
 from kvbench.mock.tokenizer import Tokenizer
 
 

@@ -6,9 +6,9 @@ from typer.testing import CliRunner
 
 from kvbench.errors import UsageError
 from kvbench.mock.config import FixedDelayProfile, TieredProfile
+from kvbench.mock.costs.timing import derive_params
 from kvbench.mock.faults import FaultPlan, parse_fault_flags
 from kvbench.mock.profiles import list_profiles, load_profile, validate_profile
-from kvbench.mock.timing import derive_params
 
 
 def test_every_shipped_profile_validates_and_resolves():

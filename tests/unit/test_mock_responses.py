@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kvbench.mock.server import MockServer
+from kvbench.mock.api.server import MockServer
 
 PROMPT = "the same prompt, answered twice " * 20
 
@@ -84,9 +84,9 @@ def test_token_chunks_from_templates_are_the_json_dumps_bytes() -> None:
     json.dumps of the whole payload gives, for text and chat, mid-stream and last."""
     import random
 
-    from kvbench.mock.engine import Trace
-    from kvbench.mock.responses import SseWriter
-    from kvbench.mock.serving import CompletionRequest
+    from kvbench.mock.api.responses import SseWriter
+    from kvbench.mock.api.serving import CompletionRequest
+    from kvbench.mock.costs.engine import Trace
     from kvbench.mock.tokenizer import PromptInfo
 
     prompt = PromptInfo(b"\x01" * 16, 3, ())

@@ -4,15 +4,15 @@ from dataclasses import replace
 
 import pytest
 
-from kvbench.mock.prediction import predict_closed_loop
-from kvbench.mock.profiles import load_profile
-from kvbench.mock.timing import (
+from kvbench.mock.costs.prediction import predict_closed_loop
+from kvbench.mock.costs.timing import (
     SharedResource,
     derive_params,
     fit_prefill,
     prefill_seconds,
     processor_sharing_finish_times,
 )
+from kvbench.mock.profiles import load_profile
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvbench.mock import timing
+from kvbench.mock.costs import timing
 from kvbench.model import prefill
 
 

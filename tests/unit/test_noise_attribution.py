@@ -6,8 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from kvbench.mock.onboarding import split_onboarding
-from kvbench.report import attribution, effect, noise_explain
+from kvbench.mock.costs.onboarding import split_onboarding
+from kvbench.report.noisy import attribution, effect
+from kvbench.report.noisy import explain as noise_explain
 from kvbench.run.throughput import throughput_plan
 from kvbench.scenario import load_scenario
 
@@ -152,7 +153,7 @@ def test_a_small_share_on_the_noised_resource_says_noise_could_not_matter():
 
 
 def test_offered_and_achieved_are_two_numbers_and_a_full_share_left_says_bandwidth_cannot_cost():
-    from kvbench.report.noise_report import noise_line
+    from kvbench.report.noisy.section import noise_line
 
     comps = {"onboard_G4": 30.0, "decode": 70.0}
     extra = {"noise_link": "storage_read", "noise_flows": 4, "left_bytes_per_s": 8e10}

@@ -3,8 +3,8 @@ its noise clients or load workers came up (seconds on a Ray cluster)."""
 
 from __future__ import annotations
 
-from kvbench.run import progress as progress_mod
-from kvbench.run.progress import Progress
+from kvbench.run.console import progress as progress_mod
+from kvbench.run.console.progress import Progress
 
 
 def test_a_phases_rate_counts_from_when_its_requests_start(monkeypatch, capsys) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from kvbench.load.prompts import VOCAB
 from kvbench.mock.tokenizer import count_tokens
-from kvbench.run.replay_feed import PromptFeed
+from kvbench.run.replay.feed import PromptFeed
 from kvbench.traces.lru import expected_reusable_blocks
 from kvbench.traces.realise import BlockText, Calibration, EngineReuse, calibrate, engine_rows, realise
 from kvbench.traces.rows import TraceRow

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvbench.errors import UsageError
-from kvbench.report.manifest import TimeScale
-from kvbench.report.published import compare_rows, load_dataset, parse_compare, published_points
+from kvbench.report.core.manifest import TimeScale
+from kvbench.report.published.comparison import compare_rows, load_dataset, parse_compare, published_points
 from kvbench.report.summary import build_summary
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "fixture_runs"

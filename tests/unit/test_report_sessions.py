@@ -6,8 +6,8 @@ import json
 
 import pandas as pd
 
-from kvbench.report.plots import new_figure
-from kvbench.report.sessions import (
+from kvbench.report.core.plots import new_figure
+from kvbench.report.sessions.turns import (
     compare_turns,
     plot_hit_ratio,
     plot_tier_shares,

@@ -1,4 +1,4 @@
-"""Time slices (kvbench.report.slices) on hand-made rows: every column from numbers worked out by hand."""
+"""Time slices (kvbench.report.slices.frame) on hand-made rows: every column from numbers by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from kvbench.engines.adapters import get_adapter
-from kvbench.report.slices import (
+from kvbench.report.slices.frame import (
     PhaseSpan,
     Sizes,
     auto_slice,

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from kvbench.model.kv_geometry import GPT_OSS_120B
-from kvbench.report import fits, stats, timeline
-from kvbench.report.manifest import RunManifest
+from kvbench.report.core import fits, stats, timeline
+from kvbench.report.core.manifest import RunManifest
 from kvbench.results import load_run, read_manifest
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "fixture_runs"

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvbench.report import fits
-from kvbench.report.manifest import RunManifest, read_run_manifest
+from kvbench.report.core import fits
+from kvbench.report.core.manifest import RunManifest, read_run_manifest
 from kvbench.report.sections import load_rows, run_section
 from kvbench.report.summary import RunSummary, build_summary
 
@@ -181,7 +181,7 @@ def test_fits_read_the_mock_profile_named_in_the_manifest():
 
 
 def test_target_manifest_records_the_mock_time_scale():
-    from kvbench.run.target import TargetInfo
+    from kvbench.run.preflight.target import TargetInfo
 
     info = TargetInfo(
         "mock", "http://x", "m", "mock", "completions", "ci", mock=SimpleNamespace(time_scale=0.01)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from kvbench.engines.adapters import get_adapter
-from kvbench.run.sessions_tiers import CounterWindow, GroundTruthTail, SendCounter
+from kvbench.run.sessions.tiers import CounterWindow, GroundTruthTail, SendCounter
 
 
 def test_ground_truth_tail_reads_new_lines_and_waits_for_a_late_one(tmp_path):

@@ -69,8 +69,8 @@ def test_different_fields_scenarios_and_slos_are_warned_about(tmp_path, kvbench)
 
 
 def test_two_armed_sweeps_match_arm_by_arm(tmp_path):
-    from kvbench.report.sweep import read_sweep
-    from kvbench.report.sweep_compare import matched_points
+    from kvbench.report.sweep.compare import matched_points
+    from kvbench.report.sweep.tables import read_sweep
 
     a = write_sweep(tmp_path / "a", "load.concurrency", ["1", "2"], scale=10.0, baseline=True)
     b = write_sweep(tmp_path / "b", "load.concurrency", ["1", "2"], scale=20.0, baseline=True)

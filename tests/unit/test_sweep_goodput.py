@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvbench.report.goodput import is_good, per_request_bounds, point_metrics, verdict, wilson
+from kvbench.report.core.goodput import is_good, per_request_bounds, point_metrics, verdict, wilson
 from kvbench.sweep.saturation import LoadPoint, saturation
 
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from kvbench.engines.telemetry import Scraper
 from kvbench.errors import UsageError
-from kvbench.report.slices import telemetry_columns
+from kvbench.report.slices.frame import telemetry_columns
 from kvbench.results import read_jsonl
 from kvbench.scenario import load_scenario
 from kvbench.telemetry.exporters import ScrapeFailed, parse_exporter

@@ -14,9 +14,9 @@ import pytest
 
 from kvbench.engines.adapters import get_adapter
 from kvbench.engines.telemetry import Scraper
-from kvbench.report.slice_section import slices_table
-from kvbench.report.slice_series import series
-from kvbench.report.slices import PhaseSpan, Sizes, build_slices, telemetry_columns, transfer_columns
+from kvbench.report.slices.frame import PhaseSpan, Sizes, build_slices, telemetry_columns, transfer_columns
+from kvbench.report.slices.section import slices_table
+from kvbench.report.slices.series import series
 from kvbench.results import read_jsonl
 from kvbench.telemetry.lab_link import read_link
 from kvbench.telemetry.sampler import TELEMETRY, Sampler, build_sampler, link_source

@@ -146,7 +146,7 @@ def test_analyze_a_100k_row_synthesized_trace(tmp_path: Path) -> None:
 def test_lru_agrees_with_the_mocks_cache_row_by_row(caps: list[int]) -> None:
     """The simulation claims the mock's rules: the mock's own TieredKVCache, fed the same block keys
     with the engine's limits, gives the same hit, tier by tier, on every row."""
-    from kvbench.mock.cache import TieredKVCache
+    from kvbench.mock.costs.cache import TieredKVCache
     from kvbench.traces.lru import BlockKeys, row_limits
 
     names = ["G1", "G2", "G3", "G4"]

@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from kvbench.audit import audit, load_claims
-from kvbench.mock.prediction import predict_closed_loop
+from kvbench.mock.costs.prediction import predict_closed_loop
+from kvbench.mock.costs.timing import derive_params
 from kvbench.mock.profiles import load_profile
-from kvbench.mock.timing import derive_params
 from kvbench.model.topology import (
     OTHER_MECHANISMS,
     PUBLISHED_G4,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvbench.mock.costs.timing import derive_params
 from kvbench.mock.profiles import load_profile
-from kvbench.mock.timing import derive_params
 from kvbench.model.kv_geometry import PRESETS
 from kvbench.model.prefill import prefill_time
 from kvbench.twin import fit as F
@@ -35,7 +35,7 @@ def _kv(tokens: int) -> float:
 
 def _rows(noise: float, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
-    tail = _kv(256) / G2_BW  # one host->GPU chunk after the G4 read, as kvbench.mock.timing charges
+    tail = _kv(256) / G2_BW  # one host->GPU chunk after the G4 read, as kvbench.mock.costs.timing charges
     rows = []
     for i, n in enumerate(LENGTHS):
         k = (n - 1) // 16 * 16

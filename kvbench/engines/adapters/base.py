@@ -134,7 +134,7 @@ class EngineAdapter:
     # seconds the engine itself spent per part of a request (report.attribution's components:
     # queue, prefill, onboard_G2/G3/G4, decode), each the first of its counters present
     time_counters: ClassVar[Mapping[str, tuple[str, ...]]] = {}
-    # over time (kvbench.report.slices): KV moved per tier, requests queued, KV cache held; the
+    # over time (kvbench.report.slices.frame): KV moved per tier, requests queued, KV cache held; the
     # first gauge present wins
     transfer_counters: ClassVar[tuple[TransferCounter, ...]] = ()
     queue_gauges: ClassVar[tuple[GaugeRef, ...]] = ()

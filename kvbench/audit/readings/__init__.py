@@ -1,0 +1,1 @@
+"""Alternative readings of a stated figure: the search, its pool and the slip kinds."""

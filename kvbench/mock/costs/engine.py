@@ -1,0 +1,442 @@
+"""The mock's engines: they wait (asyncio) for what the timing model says.
+
+TieredEngine: admission (max_num_seqs) -> prefix lookup -> onboarding on shared links
+(G4 behind the fabric, G3, and the host->GPU copy) -> prefill on the shared GPU -> first
+token -> batched decode steps on the same GPU. Every shared resource is an AsyncResource:
+timing.SharedResource (processor sharing) on the event loop's monotonic clock, with one
+timer re-armed whenever a job joins or leaves or the capacity changes. Capacities are
+divided by the profile's time_scale, so every modelled duration is multiplied by it.
+
+FixedDelayEngine: first token exactly ttft_ms after receipt, then decode_ms_per_token apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvbench.mock.config import TIER_NAMES, FixedDelayProfile, TieredProfile
+from kvbench.mock.costs.cache import LookupResult, TieredKVCache
+from kvbench.mock.costs.noise_link import NoiseLink
+from kvbench.mock.costs.onboarding import STAGE_LINK, split_onboarding
+from kvbench.mock.costs.timing import ModelParams, SharedResource
+from kvbench.mock.metrics import MockMetrics
+from kvbench.mock.span_hash import SCHEME as KEY_SCHEME
+from kvbench.mock.tokenizer import PromptInfo
+
+LOWER_TIERS = ("G2", "G3", "G4")  # the tiers a hit is onboarded from (G1 is already on the GPU)
+LINKS = tuple(STAGE_LINK.values())
+
+
+@dataclass
+class Trace:
+    """One ground-truth line (all *_ns from time.perf_counter_ns, i.e. CLOCK_MONOTONIC)."""
+
+    request_id: str
+    received_ns: int
+    endpoint: str = ""
+    first_token_ns: int | None = None
+    end_ns: int | None = None
+    queue_ms: float = 0.0
+    prefill_ms: float = 0.0
+    onboard_ms: float = 0.0
+    tokens_computed: int = 0
+    cached_tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_from_tier: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_NAMES, 0))
+    in_flight_at_receive: int = 0
+    # Noise when the onboarding began (modelled bytes/s): offered by `noise_flows` flows, achieved
+    # on the topology (max-min fair per flow: never more than a link's capacity).
+    fabric_noise_bytes_per_s: float = 0.0
+    noise_offered_bytes_per_s: float = 0.0
+    noise_flows: int = 0
+    noise_link: str | None = None  # the link the noise shares with G4 reads (its capacity below)
+    http_status: int = 200
+    status: str = "ok"
+    # Where the onboarding time went (both sum to onboard_ms; timing.split_onboarding): by the tier
+    # the bytes came from, and by the link on the critical path (fabric = G4 reads, disk = G3
+    # reads, pcie = the host->GPU copy). Bytes moved per source tier, and what the noise left the
+    # G4 reads in all when the onboarding began (modelled bytes/s, reads taking all they can get).
+    onboard_ms_by_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOWER_TIERS, 0.0))
+    onboard_ms_by_link: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LINKS, 0.0))
+    bytes_from_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOWER_TIERS, 0.0))
+    g4_link_bytes_per_s: float | None = None
+    fabric_capacity_bytes_per_s: float | None = None  # capacity of noise_link, noise or not
+    # The mock's own cost, so a report never reads it as the model's (report/mock_lateness.py):
+    # mock_cpu_ms, the CPU its event loop spent on this request's prompt (body, tokens, cache
+    # lookup and commit: what grows with the prompt); mock_late_ms, how much later than the model
+    # the first token was ready (real time the waits could not absorb: the mock's work before
+    # admission, timers woken late by a busy loop).
+    mock_cpu_ms: float = 0.0
+    mock_late_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AsyncResource:
+    """A SharedResource driven by the running event loop's clock (real seconds)."""
+
+    def __init__(self, capacity: float, per_job_cap: float | None = None) -> None:
+        self.core = SharedResource(capacity, per_job_cap)
+        self._waiters: dict[int, asyncio.Future[float]] = {}
+        self._ids = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at = 0.0
+
+    def __len__(self) -> int:
+        return len(self.core)
+
+    def rate_if_joined(self) -> float:
+        """Rate one more job would get now."""
+        return self.core.rate_for(len(self.core) + 1)
+
+    def reshare(self, change: Callable[[], None]) -> None:
+        """Apply `change` to what `core.share` reads: progress up to now at the old rates first."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop yet (construction)
+            loop = None
+        if loop is not None:
+            self.core.advance(loop.time())
+        change()
+        if loop is not None:
+            self._rearm(loop)
+
+    async def use(self, work: float) -> float:
+        """Wait until `work` is done; returns how late the timer woke (seconds past the model's finish)."""
+        if work <= 0:
+            return 0.0
+        loop = asyncio.get_running_loop()
+        job = next(self._ids)
+        fut: asyncio.Future[float] = loop.create_future()
+        self.core.add(loop.time(), job, work)
+        self._waiters[job] = fut
+        self._rearm(loop)
+        try:
+            return await fut
+        finally:
+            if self._waiters.pop(job, None) is not None:  # cancelled before it finished
+                self.core.remove(loop.time(), job)
+                self._rearm(loop)
+
+    def set_capacity(self, capacity: float) -> None:
+        loop = asyncio.get_running_loop()
+        self.core.set_capacity(loop.time(), capacity)
+        self._rearm(loop)
+
+    def _rearm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        t = self.core.next_finish()
+        if t is not None:
+            self._armed_at = t
+            self._timer = loop.call_at(t, self._tick, loop)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now = loop.time()
+        late = max(0.0, now - self._armed_at)
+        for job in self.core.pop_finished(now, tolerance=1e-6):
+            fut = self._waiters.pop(job, None)
+            if fut is not None and not fut.done():
+                fut.set_result(late)
+        self._rearm(loop)
+
+
+class Pacer:
+    """Carries one request's timer lateness into its next waits.
+
+    The event loop's selector rounds waits up to whole milliseconds, so a chain of
+    sub-millisecond modelled waits (a scaled profile) would add up to several ms. The
+    pacer keeps ``lag`` (real time already spent beyond the model) and takes it off the
+    next waits: a sleep shorter than the lag is skipped, and a job on a shared resource
+    is credited the work it would have done in that time at its current share.
+    """
+
+    def __init__(self, lag: float = 0.0) -> None:
+        self.lag = lag
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if self.lag >= seconds:
+            self.lag -= seconds
+            return
+        seconds -= self.lag
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.sleep(seconds)
+        self.lag = max(0.0, loop.time() - t0 - seconds)
+
+    async def use(self, res: AsyncResource, work: float) -> None:
+        if work <= 0:
+            return
+        if self.lag > 0:
+            rate = res.rate_if_joined()
+            credit = min(work, self.lag * rate)
+            work -= credit
+            self.lag = max(0.0, self.lag - credit / rate)
+            if work <= 0:
+                return
+        self.lag = await res.use(work)
+
+
+class DecodeBatcher:
+    """Continuous batching: one loop runs decode steps for every request waiting for a token."""
+
+    def __init__(self, gpu: AsyncResource, params: ModelParams) -> None:
+        self.gpu = gpu
+        self.params = params
+        self._pending: list[tuple[int, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._pacer = Pacer()
+
+    async def step(self, context: int) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._pending.append((context, fut))
+        if self._task is None or self._task.done():
+            self._pacer.lag = 0.0
+            self._task = loop.create_task(self._run())
+        await fut
+
+    async def _run(self) -> None:
+        while self._pending:
+            batch = [(c, f) for c, f in self._pending if not f.done()]
+            self._pending = []
+            if not batch:
+                continue
+            await self._pacer.use(self.gpu, self.params.decode_step_s(c for c, _ in batch))
+            for _, f in batch:
+                if not f.done():
+                    f.set_result(None)
+            if not self._pending:
+                await asyncio.sleep(0)  # let the batch's requests ask for their next token
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+def _ms_since(t0_ns: int) -> float:
+    return (time.perf_counter_ns() - t0_ns) / 1e6
+
+
+class TieredEngine:
+    def __init__(
+        self,
+        profile: TieredProfile,
+        params: ModelParams,
+        metrics: MockMetrics,
+        persist_dir: Path | None = None,
+    ) -> None:
+        self.profile = profile
+        self.params = params
+        self.metrics = metrics
+        ts = params.time_scale
+        self.gpu = AsyncResource(1.0 / ts, 1.0 / ts)
+        self.links: dict[str, AsyncResource] = {}
+        for name in ("G2", "G3"):
+            t = params.tier(name)
+            self.links[name] = AsyncResource(t.aggregate_bandwidth / ts, t.read_bandwidth / ts)
+        g4 = AsyncResource(params.tier("G4").aggregate_bandwidth / ts)
+        self.noise = NoiseLink(params)  # the noise flows now, and what they leave the G4 reads
+        g4.core.share = self.noise.read_rate
+        self.links["G4"] = g4
+        meta = {
+            "model_name": profile.model_name,
+            "geometry": profile.geometry,
+            "block_tokens": profile.block_tokens,
+            "sliding_at_full": profile.sliding_at_full,
+            "block_keys": KEY_SCHEME,  # an index of another scheme's keys would never hit
+        }
+        self.cache = TieredKVCache(
+            {n: params.capacity_blocks(n) for n in TIER_NAMES},
+            {n: params.tier(n).enabled for n in TIER_NAMES},
+            params.block_tokens,
+            persist_dir=persist_dir,
+            persist_meta=meta,
+        )
+        self.decoder = DecodeBatcher(self.gpu, params)
+        self._admission: asyncio.Semaphore | None = None
+        self._waiting = 0
+        self._running = 0
+        self.update_tier_gauges()
+
+    @property
+    def block_tokens(self) -> int:
+        return self.params.block_tokens
+
+    @property
+    def max_model_len(self) -> int:
+        return self.params.max_model_len
+
+    @property
+    def noise_bytes_per_s(self) -> float:
+        """Noise achieved now (modelled bytes/s), with the G4 reads in flight plus one."""
+        return self.noise.achieved(len(self.links["G4"]) + 1)
+
+    def set_noise_rate(self, modelled_bytes_per_s: float, flows: Sequence[float] | None = None) -> None:
+        """Noise offered now (modelled bytes/s), by `flows` (each one's rate; default: one flow)."""
+        offered = tuple(flows) if flows is not None else (modelled_bytes_per_s,)
+        self.links["G4"].reshare(lambda: self.noise.set_flows(offered))
+
+    def _trace_noise(self, trace: Trace) -> None:
+        trace.fabric_noise_bytes_per_s = self.noise_bytes_per_s
+        trace.noise_offered_bytes_per_s = float(sum(self.noise.flows))
+        trace.noise_flows = len(self.noise.flows)
+        trace.noise_link = self.params.noise_link
+        trace.g4_link_bytes_per_s = self.noise.left()
+        trace.fabric_capacity_bytes_per_s = self.params.noise_link_capacity
+
+    def update_tier_gauges(self) -> None:
+        for t in self.cache.tiers:
+            self.metrics.tier_used.labels(self.metrics.model_name, t.name).set(
+                len(t) * self.params.block_bytes
+            )
+
+    def reset(self, include_persistent: bool, tiers: Sequence[str] | None = None) -> bool:
+        self.cache.reset(include_persistent or self.profile.reset_clears_persistent, tiers)
+        self.update_tier_gauges()
+        return True
+
+    def close(self) -> None:
+        self.decoder.close()
+        self.cache.close()
+
+    def _bytes_by_tier(self, hit: LookupResult) -> dict[str, float]:
+        out = dict.fromkeys(TIER_NAMES, 0.0)
+        b = self.params.block_tokens
+        for name, start, end in hit.runs:
+            out[name] += self.params.range_bytes(start * b, end * b)
+        out["G1"] = 0.0  # already in GPU memory: nothing moves
+        return out
+
+    async def _transfer(self, name: str, nbytes: float, pacer: Pacer) -> tuple[str, float, float]:
+        """One stage: access latency, then the bytes on the tier's shared link. Returns
+        (stage, real end, lag) so the caller can tell when the stage ended in the model."""
+        p = self.params
+        latency = self.noise.latency_s() if name == "G4" else p.tier(name).latency_s
+        await pacer.sleep(latency * p.time_scale)
+        await pacer.use(self.links[name], nbytes)
+        return name, asyncio.get_running_loop().time(), pacer.lag
+
+    async def _onboard(self, moved: dict[str, float], pacer: Pacer) -> dict[str, float]:
+        """Move the hit's bytes to the GPU; returns when each stage ended in the model (loop clock)."""
+        lower = moved["G3"] + moved["G4"]
+        h2d = moved["G2"] + lower
+        if h2d <= 0:
+            return {}
+        stages = [self._transfer(n, moved[n], Pacer(pacer.lag)) for n in ("G3", "G4") if moved[n] > 0]
+        stages.append(self._transfer("G2", h2d, Pacer(pacer.lag)))
+        ends = {name: end - lag for name, end, lag in await asyncio.gather(*stages)}
+        model_end = max(ends.values())
+        pacer.lag = max(0.0, asyncio.get_running_loop().time() - model_end)
+        if lower > 0:
+            await pacer.sleep(
+                self.params.chunk_tail_s(self.params.onboard_chunk_tokens) * self.params.time_scale
+            )
+        return ends
+
+    async def generate(self, prompt: PromptInfo, max_tokens: int, trace: Trace) -> AsyncGenerator[int, None]:
+        """Yields once per output token, when it is ready (the first yield is the first token)."""
+        if self._admission is None:
+            self._admission = asyncio.Semaphore(self.params.max_num_seqs)
+        mn = self.metrics.model_name
+        t0 = time.perf_counter_ns()
+        self._waiting += 1
+        self.metrics.waiting.labels(mn).set(self._waiting)
+        try:
+            await self._admission.acquire()
+        finally:
+            self._waiting -= 1
+            self.metrics.waiting.labels(mn).set(self._waiting)
+        self._running += 1
+        self.metrics.running.labels(mn).set(self._running)
+        try:
+            trace.queue_ms = _ms_since(t0)
+            n = prompt.num_tokens
+            b = self.params.block_tokens
+            cpu0 = time.thread_time_ns()
+            hit = self.cache.lookup(prompt.block_keys, self.params.cacheable_tokens(n) // b)
+            c = hit.cached_tokens
+            moved = self._bytes_by_tier(hit)
+            trace.cached_tokens = c
+            trace.tokens_computed = n - c
+            trace.tokens_from_tier = hit.tokens_by_tier()
+            self.metrics.record_prompt(n, trace.tokens_from_tier, moved)
+            trace.bytes_from_tier = {t: moved[t] for t in LOWER_TIERS}
+            self._trace_noise(trace)
+            # The modelled TTFT is the whole server's, from receipt: the mock's own real work before
+            # admission (reading the body, tokenizing) is part of it, not added to it, so it is
+            # credited against the first waits (a 130k-token prompt takes ~20 ms of that at any pace).
+            trace.mock_cpu_ms += (time.thread_time_ns() - cpu0) / 1e6
+            pacer = Pacer(lag=max(0.0, (t0 - trace.received_ns) / 1e9))
+            t1 = time.perf_counter_ns()
+            ends = await self._onboard(moved, pacer)
+            trace.onboard_ms = _ms_since(t1) if ends else 0.0  # nothing moved: no onboarding
+            trace.onboard_ms_by_tier, trace.onboard_ms_by_link = split_onboarding(
+                trace.onboard_ms, ends, moved
+            )
+            t2 = time.perf_counter_ns()
+            await pacer.use(self.gpu, self.params.prefill_s(n, c))
+            trace.prefill_ms = _ms_since(t2)
+            cpu0 = time.thread_time_ns()
+            self.cache.commit(prompt.block_keys, hit, n // b)
+            self.update_tier_gauges()
+            trace.mock_cpu_ms += (time.thread_time_ns() - cpu0) / 1e6
+            trace.mock_late_ms = pacer.lag * 1e3
+            yield 0
+            for i in range(1, max_tokens):
+                await self.decoder.step(n + i)
+                yield i
+        finally:
+            self._running -= 1
+            self.metrics.running.labels(mn).set(self._running)
+            self._admission.release()
+
+
+class FixedDelayEngine:
+    block_tokens = 16
+
+    def __init__(self, profile: FixedDelayProfile, metrics: MockMetrics) -> None:
+        self.profile = profile
+        self.metrics = metrics
+        self.noise_bytes_per_s = 0.0
+
+    @property
+    def max_model_len(self) -> int:
+        return self.profile.max_model_len
+
+    def set_noise_rate(self, modelled_bytes_per_s: float, flows: Sequence[float] | None = None) -> None:
+        self.noise_bytes_per_s = modelled_bytes_per_s
+
+    def reset(self, include_persistent: bool, tiers: Sequence[str] | None = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    async def generate(self, prompt: PromptInfo, max_tokens: int, trace: Trace) -> AsyncGenerator[int, None]:
+        n = prompt.num_tokens
+        trace.tokens_computed = n
+        self.metrics.record_prompt(n, dict.fromkeys(TIER_NAMES, 0), {})
+        elapsed = (time.perf_counter_ns() - trace.received_ns) / 1e9
+        await asyncio.sleep(max(0.0, self.profile.ttft_ms / 1000.0 - elapsed))
+        trace.prefill_ms = _ms_since(trace.received_ns)
+        yield 0
+        loop = asyncio.get_running_loop()
+        next_t = loop.time()
+        gap = self.profile.decode_ms_per_token / 1000.0
+        for i in range(1, max_tokens):
+            next_t += gap
+            await asyncio.sleep(max(0.0, next_t - loop.time()))
+            yield i

@@ -1,0 +1,1 @@
+"""Measured vs published: a dataset's compare section checked against summary.json."""

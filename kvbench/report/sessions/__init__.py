@@ -1,0 +1,1 @@
+"""The sessions test in a report: per-turn tables, tiers and plots."""

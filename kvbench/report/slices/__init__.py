@@ -1,0 +1,1 @@
+"""Time slices of a run: the per-slice frame, series, plots and section."""

@@ -1,0 +1,1 @@
+"""A sweep directory in a report: its tables and the compare of two sweeps."""

@@ -1,0 +1,1 @@
+"""What a run shows while it runs: the progress display and its live counters."""

@@ -1,0 +1,1 @@
+"""The replay test: the trace feed, its phases and the remote (Ray) replay phase."""

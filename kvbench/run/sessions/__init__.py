@@ -1,0 +1,1 @@
+"""The sessions test: multi-turn phases and the per-tier counter windows."""
