@@ -187,16 +187,18 @@ def test_cli_bad_trace_row_is_one_line(tmp_path, run_cli):
 
 async def test_bailian_turns_replay_in_trace_order(tmp_path):
     # Bailian: 16-token blocks (the mock's own), parent_chat_id chains; a later turn carries the
-    # earlier turn's ids first, so its reuse is the trace's structure with nothing rebuilt
+    # earlier turn's ids first, so its reuse is the trace's structure with nothing rebuilt. The turns
+    # are 200 ms apart: each has ended (and its blocks are cached) before the next arrives, however
+    # busy the machine (10 ms apart, a loaded 2-core machine let turn 4 arrive before turn 3 ended)
     trace = tmp_path / "bailian.jsonl"
     rows = [
         {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 40, "output_length": 2,
          "type": "text", "turn": 1, "hash_ids": [11, 12, 13]},
-        {"chat_id": 2, "parent_chat_id": -1, "timestamp": 0.01, "input_length": 20, "output_length": 2,
+        {"chat_id": 2, "parent_chat_id": -1, "timestamp": 0.2, "input_length": 20, "output_length": 2,
          "type": "text", "turn": 1, "hash_ids": [21, 22]},
-        {"chat_id": 3, "parent_chat_id": 1, "timestamp": 0.02, "input_length": 70, "output_length": 2,
+        {"chat_id": 3, "parent_chat_id": 1, "timestamp": 0.4, "input_length": 70, "output_length": 2,
          "type": "text", "turn": 2, "hash_ids": [11, 12, 14, 15, 16]},
-        {"chat_id": 4, "parent_chat_id": 3, "timestamp": 0.03, "input_length": 90, "output_length": 2,
+        {"chat_id": 4, "parent_chat_id": 3, "timestamp": 0.6, "input_length": 90, "output_length": 2,
          "type": "text", "turn": 3, "hash_ids": [11, 12, 14, 15, 16, 17]},
     ]  # fmt: skip
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
