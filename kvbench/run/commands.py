@@ -130,6 +130,13 @@ def run_cmd(
     trace: Annotated[
         str | None, typer.Option(help="Replay: the trace file (.jsonl or .jsonl.gz; test.trace.path).")
     ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="A vLLM-bench or AIPerf dataset file as the prompts (prompts.dataset)."),
+    ] = None,
+    dataset_format: Annotated[
+        str | None, typer.Option(help="Its format (prompts.dataset_format; default: detected).")
+    ] = None,
     set_values: Annotated[
         list[str] | None, typer.Option("--set", help="Override any field: --set test.warm_repeats=2.")
     ] = None,
@@ -170,12 +177,20 @@ def run_cmd(
         retries=retries,
         max_error_rate=max_error_rate,
         trace=trace,
+        dataset=dataset,
+        dataset_format=dataset_format,
         set_values=set_values,
         api_key_env=api_key_env,
     )
     if cluster is not None:
         overrides.update(parse_cluster_flag(cluster))
     scn, _ = load_scenario(scenario, overrides)
+    if scn.prompts.dataset is not None and scn.test.kind == "replay":  # the dataset becomes the trace
+        from kvbench.datasets.trace import replay_overrides
+
+        p = scn.prompts
+        overrides.update(replay_overrides(p.dataset, p.dataset_format, output_dir, scn.output.max_tokens))
+        scn, _ = load_scenario(scenario, overrides)
     flags: dict[str, Any] = {"output_dir": output_dir, "quiet": quiet, "report": not no_report}
     serve = None if serve_metrics is None else (serve_metrics_host, serve_metrics)
     code = execute(scn, **flags, allow_unverified_cold=allow_unverified_cold, serve_metrics=serve)
