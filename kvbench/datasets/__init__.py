@@ -1,4 +1,4 @@
-"""Datasets users bring from vLLM bench and AIPerf, read into one request shape: the registry and detection."""
+"""Datasets users bring from vLLM bench and AIPerf, read into one request shape: registry, detection."""
 
 from __future__ import annotations
 

@@ -37,13 +37,17 @@ def parse(value: Any, line: int, ids: Ids) -> Iterator[Request]:
     session = None if row.get("session_id") is None else str(row["session_id"])
     out = optional_length(row, "output_length")
     if "text_input" in row:
-        yield Request(line, text=text(row, "text_input"), output_tokens=out, session=session, timestamp_ms=when)
+        yield Request(
+            line, text=text(row, "text_input"), output_tokens=out, session=session, timestamp_ms=when
+        )
         return
     n = length(row, "input_length")
     given = hash_ids(row, "hash_ids", n, BLOCK_TOKENS) if row.get("hash_ids") is not None else ()
     # blocks the ids do not reach are this row's own (a short list must not shorten the prompt)
     blocks = given + ids.fresh(max(0, n - len(given) * BLOCK_TOKENS), BLOCK_TOKENS)
-    yield Request(line, input_tokens=n, hash_ids=blocks, output_tokens=out, session=session, timestamp_ms=when)
+    yield Request(
+        line, input_tokens=n, hash_ids=blocks, output_tokens=out, session=session, timestamp_ms=when
+    )
 
 
 FORMAT = DatasetFormat(

@@ -39,7 +39,11 @@ def parse(value: Any, line: int, _ids: Ids) -> Iterator[Request]:
             continue  # the system prompt opens every turn, and is no request of its own
         number += 1
         yield Request(
-            line, text="\n".join(history), output_tokens=out, session=session, turn=number,
+            line,
+            text="\n".join(history),
+            output_tokens=out,
+            session=session,
+            turn=number,
             timestamp_ms=when,
         )
 

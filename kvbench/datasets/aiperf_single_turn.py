@@ -33,7 +33,9 @@ def parse(value: Any, line: int, _ids: Ids) -> Iterator[Request]:
     delay = number(row, "delay") if row.get("delay") is not None else None  # checked, then unused
     del delay
     yield Request(
-        line, text=prompt_text(row), output_tokens=optional_length(row, "output_length"),
+        line,
+        text=prompt_text(row),
+        output_tokens=optional_length(row, "output_length"),
         timestamp_ms=timestamp(row),
     )
 

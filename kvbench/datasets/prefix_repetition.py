@@ -52,8 +52,14 @@ def parse(value: Any, line: int, ids: Ids) -> Iterator[Request]:
         for _ in range(n // groups):
             hashes = prefix + ids.fresh(suffix_len, block)
             requests.append(
-                Request(line, input_tokens=prefix_len + suffix_len, hash_ids=hashes, output_tokens=out,
-                        session=f"prefix-{g}", block_tokens=block)
+                Request(
+                    line,
+                    input_tokens=prefix_len + suffix_len,
+                    hash_ids=hashes,
+                    output_tokens=out,
+                    session=f"prefix-{g}",
+                    block_tokens=block,
+                )
             )
     order = np.random.default_rng([int(s["seed"]), 0x9F1C]).permutation(len(requests))
     yield from (requests[i] for i in order)

@@ -28,7 +28,8 @@ class DatasetRow(BaseModel):
     turn: int | None = Field(description="Turn number within the conversation (multi_turn).")
     input_tokens: int | None = Field(description="lengths: the tokens the dataset asks for; text: null.")
     prompt_tokens: int | None = Field(
-        description="Tokens of the prompt as sent (salt included), as the server counts them; null: not counted."
+        description="Tokens of the prompt as sent (salt included), as the server counts them; "
+        "null: not counted."
     )
     count_source: str = Field(description="server (its /tokenize) or estimate (one token per word).")
     output_tokens: int | None = Field(description="Answer tokens asked for; null: output.max_tokens.")

@@ -50,8 +50,11 @@ def parse(value: Any, line: int, ids: Ids) -> Iterator[Request]:
     for i in range(n):
         tokens = prefix_len + max(1, ins[i])
         yield Request(
-            line, input_tokens=tokens, hash_ids=prefix + ids.fresh(tokens - prefix_len, block),
-            output_tokens=max(1, outs[i]), block_tokens=block,
+            line,
+            input_tokens=tokens,
+            hash_ids=prefix + ids.fresh(tokens - prefix_len, block),
+            output_tokens=max(1, outs[i]),
+            block_tokens=block,
         )
 
 

@@ -200,12 +200,13 @@ class Prompts(Strict):
     dataset: str | None = Field(
         None,
         min_length=1,
-        description="A vLLM-bench or AIPerf dataset file whose requests replace `lengths` (kvbench.datasets); "
-        "count, when set, takes its first `count` requests.",
+        description="A vLLM-bench or AIPerf dataset file whose requests replace `lengths` "
+        "(kvbench.datasets); count, when set, takes its first `count` requests.",
         json_schema_extra=flag("dataset"),
     )
     dataset_format: DatasetFormatName = Field(
-        "auto", description="The dataset's format; auto = detected from its first entry.",
+        "auto",
+        description="The dataset's format; auto = detected from its first entry.",
         json_schema_extra=flag("dataset_format"),
     )
 

@@ -23,7 +23,9 @@ FIXTURE = ROOT / "tests" / "fixtures" / "datasets" / "sharegpt.json"
 
 def sh(*cmd: str | Path, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +54,24 @@ def test_installed_kvbench_is_not_the_clone(installed: tuple[Path, Path]) -> Non
 def test_run_ttft_prints_the_table(installed: tuple[Path, Path]) -> None:
     bin_dir, work = installed
     # the fastest honest run: the ci mock profile, two short lengths
-    p = sh(bin_dir / "kvbench", "run", "ttft", "--mock-profile", "ci", "--lengths", "2000,4000",
-           "--output-dir", work / "results", cwd=work)
+    p = sh(
+        bin_dir / "kvbench",
+        "run",
+        "ttft",
+        "--mock-profile",
+        "ci",
+        "--lengths",
+        "2000,4000",
+        "--output-dir",
+        work / "results",
+        cwd=work,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout + p.stderr
     assert "cold TTFT s" in out and "TTFT speedup @ 2,000 tok" in out  # the run's table and the key table
-    native = sh(bin_dir / "python", "-c", "from kvbench.mock import native; print(native.available())", cwd=work)
+    native = sh(
+        bin_dir / "python", "-c", "from kvbench.mock import native; print(native.available())", cwd=work
+    )
     said = out.count("no C accelerator built in this install")
     assert said == (0 if native.stdout.strip() == "True" else 1)  # the fallback said once, or not at all
     (run_dir,) = (work / "results").iterdir()
@@ -69,7 +83,21 @@ def test_shipped_scenarios_profiles_and_a_dataset(installed: tuple[Path, Path]) 
     for name in ("ttft", "throughput", "replay", "sessions"):
         p = sh(bin_dir / "kvbench", "validate", name, cwd=work)
         assert p.returncode == 0, p.stderr
-    p = sh(bin_dir / "kvbench", "run", "throughput", "--mock-profile", "ci", "--dataset", FIXTURE,
-           "--requests", "6", "--no-report", "--quiet", "--output-dir", work / "ds", cwd=work)
+    p = sh(
+        bin_dir / "kvbench",
+        "run",
+        "throughput",
+        "--mock-profile",
+        "ci",
+        "--dataset",
+        FIXTURE,
+        "--requests",
+        "6",
+        "--no-report",
+        "--quiet",
+        "--output-dir",
+        work / "ds",
+        cwd=work,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "cached" in p.stdout

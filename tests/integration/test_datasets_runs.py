@@ -99,13 +99,23 @@ def test_sharegpt_answer_length_is_the_recorded_reply(run) -> None:
 def test_lengths_dataset_replays_as_a_trace(run, fixture: str) -> None:
     ds = open_dataset(FIXTURES / fixture)
     run_dir = run(
-        "replay", "--dataset", str(FIXTURES / fixture), "--set", "test.schedule=concurrent", "--set", "test.concurrency=1"
+        "replay",
+        "--dataset",
+        str(FIXTURES / fixture),
+        "--set",
+        "test.schedule=concurrent",
+        "--set",
+        "test.concurrency=1",
     )
     rows = sorted(read_jsonl(run_dir / "replay.jsonl"), key=lambda r: r["index"])
     reqs = {r["request_id"]: r for r in read_jsonl(run_dir / "requests.jsonl") if r["phase"] == "replay"}
     assert [r["input_length"] for r in rows] == [q.input_tokens for q in ds.requests]
-    assert [reqs[r["request_id"]]["prompt_tokens_server"] for r in rows] == [q.input_tokens for q in ds.requests]
-    assert [reqs[r["request_id"]]["cached_tokens"] for r in rows] == [r["engine_expected_tokens"] for r in rows]
+    assert [reqs[r["request_id"]]["prompt_tokens_server"] for r in rows] == [
+        q.input_tokens for q in ds.requests
+    ]
+    assert [reqs[r["request_id"]]["cached_tokens"] for r in rows] == [
+        r["engine_expected_tokens"] for r in rows
+    ]
     assert rows[0]["expected_cached_tokens"] == 0 and sum(r["engine_expected_tokens"] for r in rows) > 0
     assert json.loads((run_dir / "manifest.json").read_text())["cold_start"]["verified"] is True
 

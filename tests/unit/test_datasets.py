@@ -107,15 +107,27 @@ def test_mooncake_short_hash_ids_get_fresh_blocks() -> None:
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("a.jsonl", '{"prompt": "hi"}\n{"prompt": ""}\n', "a.jsonl:2: prompt: must be non-empty text, got ''"),
-        ("b.jsonl", '{"prompt": "hi", "output_tokens": -3}\n', "b.jsonl:1: output_tokens: must be >= 0, got -3"),
+        (
+            "a.jsonl",
+            '{"prompt": "hi"}\n{"prompt": ""}\n',
+            "a.jsonl:2: prompt: must be non-empty text, got ''",
+        ),
+        (
+            "b.jsonl",
+            '{"prompt": "hi", "output_tokens": -3}\n',
+            "b.jsonl:1: output_tokens: must be >= 0, got -3",
+        ),
         ("c.jsonl", '{"prompt": "hi"}\nnot json\n', "c.jsonl:2: row: not JSON (Expecting value at column 1)"),
         (
             "d.json",
             '[\n {"conversations": [{"value": "x"}, {"value": "y"}]},\n {"conversations": "z"}\n]',
             "d.json:3: conversations: must be a list of turns, got str",
         ),
-        ("e.json", '{"random_input_len": 10, "random_input_lne": 3}', "e.json:1: random_input_lne: unknown setting"),
+        (
+            "e.json",
+            '{"random_input_len": 10, "random_input_lne": 3}',
+            "e.json:1: random_input_lne: unknown setting",
+        ),
         ("f.jsonl", '{"turns": [{"text": "a"}, {"txt": "b"}]}\n', "f.jsonl:1: turns[1].text: missing"),
         (
             "g.jsonl",

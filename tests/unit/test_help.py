@@ -10,7 +10,11 @@ import sys
 def help_text(*args: str, columns: int) -> str:
     env = {**os.environ, "COLUMNS": str(columns), "TERM": "dumb"}
     p = subprocess.run(
-        [sys.executable, "-m", "kvbench", *args, "--help"], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "kvbench", *args, "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert p.returncode == 0, p.stderr
     return p.stdout

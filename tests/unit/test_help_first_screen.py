@@ -21,8 +21,11 @@ def test_an_interval_is_labelled_or_absent() -> None:
 
 def test_empty_tables_are_not_written() -> None:
     sections = [
-        Section("Measured vs published", ["None of this run's measurements corresponds to a published figure."],
-                [Table(["metric", "measured"], [])]),
+        Section(
+            "Measured vs published",
+            ["None of this run's measurements corresponds to a published figure."],
+            [Table(["metric", "measured"], [])],
+        ),
         Section("Phases", [], [Table(["phase"], [], caption="per phase")]),
     ]
     md = to_markdown("t", sections)
@@ -46,4 +49,6 @@ def test_fixture_reports_have_no_empty_tables_and_no_bare_na_in_the_key_table(
     lines = md.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("|---"):  # a table's separator: a row must follow it
-            assert i + 1 < len(lines) and lines[i + 1].startswith("| "), f"empty table in {name}: {lines[i - 1]}"
+            assert i + 1 < len(lines) and lines[i + 1].startswith("| "), (
+                f"empty table in {name}: {lines[i - 1]}"
+            )
