@@ -205,6 +205,10 @@ def _with_dataset_trace(scenario: str, overrides: dict[str, Any], output_dir: Pa
 
         overrides.update(replay_overrides(p.dataset, p.dataset_format, output_dir, scn.output.max_tokens))
         scn, _ = load_scenario(scenario, overrides)
+    elif p.dataset is not None:  # a bad file is one line before any server is started
+        from kvbench.datasets import open_dataset
+
+        open_dataset(p.dataset, p.dataset_format, p.count)
     return scn
 
 

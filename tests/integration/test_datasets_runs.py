@@ -129,3 +129,12 @@ def test_text_dataset_is_refused_by_replay_in_one_line(tmp_path: Path, capsys) -
         f"kvbench: {FIXTURES / 'custom.jsonl'}:1: custom: a replay needs lengths or hash ids, and this "
         "request is text; send text datasets with `kvbench run throughput --dataset`"
     )
+
+
+def test_bad_dataset_is_one_line_before_anything_starts(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"prompt": 3}\n')
+    out_dir = tmp_path / "out"
+    code, out = kvbench(capsys, "run", "throughput", "--dataset", str(bad), "--output-dir", str(out_dir))
+    assert (code, out.strip()) == (2, f"kvbench: {bad}:2: prompt: must be non-empty text, got 3")
+    assert not out_dir.exists()  # refused before a server or a run directory
