@@ -25,6 +25,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # plain help: rich markup would read `kvbench[ray]` as a style tag and drop it; click wraps to
+    # the terminal's width (COLUMNS when piped) once its 80-column cap is lifted
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 10_000},
 )
 
 _state = {"verbose": False}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench.report.core.formats import Section, Table, fmt, fmt_ci, fmt_ms_as_s
+from kvbench.report.core.formats import Section, Table, fmt, fmt_ci, fmt_interval, fmt_ms_as_s
 from kvbench.report.mock_lateness import mock_lateness_section
 from kvbench.report.noisy.section import noise_section
 from kvbench.report.summary import RunSummary
@@ -332,7 +332,7 @@ def key_table(summary: RunSummary) -> Table:
             [
                 f"TTFT speedup @ {s.tokens:,} tok",
                 f"cold / {s.label}",
-                f"{fmt(s.speedup)}x {fmt_ci(s.speedup_ci)}"
+                f"{fmt(s.speedup)}x{fmt_interval(s.speedup_ci)}"
                 + _bound(bound.get(s.label) or bound.get(s.baseline)),
                 f"{fmt_ms_as_s(s.baseline_p50_ms)} s -> {fmt_ms_as_s(s.p50_ms)} s",
             ]

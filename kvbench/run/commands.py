@@ -78,6 +78,22 @@ ServeMetricsOpt = Annotated[
         max=65535,
     ),
 ]
+TraceOpt = Annotated[
+    str | None, typer.Option(help="Replay: the trace file (.jsonl or .jsonl.gz; test.trace.path).")
+]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Where noise clients and load workers run: local, ray (RAY_ADDRESS, the cluster of "
+        "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
+    ),
+]
+DatasetOpt = Annotated[
+    str | None, typer.Option(help="A vLLM-bench or AIPerf dataset file as the prompts (prompts.dataset).")
+]
+DatasetFormatOpt = Annotated[
+    str | None, typer.Option(help="Its format (prompts.dataset_format; default: detected).")
+]
 ServeHostOpt = Annotated[
     str, typer.Option(help="With --serve-metrics: the address to listen on.", metavar="HOST")
 ]
@@ -127,9 +143,9 @@ def run_cmd(
     max_error_rate: Annotated[
         float | None, typer.Option(help="Failed fraction still counted a pass (default 0).")
     ] = None,
-    trace: Annotated[
-        str | None, typer.Option(help="Replay: the trace file (.jsonl or .jsonl.gz; test.trace.path).")
-    ] = None,
+    trace: TraceOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_format: DatasetFormatOpt = None,
     set_values: Annotated[
         list[str] | None, typer.Option("--set", help="Override any field: --set test.warm_repeats=2.")
     ] = None,
@@ -139,17 +155,11 @@ def run_cmd(
     ] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the report at the end.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain, minimal output.")] = False,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            help="Where noise clients and load workers run: local, ray (RAY_ADDRESS, the cluster of "
-            "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
-        ),
-    ] = None,
+    cluster: ClusterOpt = None,
     serve_metrics: ServeMetricsOpt = None,
     serve_metrics_host: ServeHostOpt = "127.0.0.1",
 ) -> None:
-    from kvbench.scenario import load_scenario, parse_cluster_flag
+    from kvbench.scenario import parse_cluster_flag
 
     overrides = build_overrides(
         base_url=base_url,
@@ -170,16 +180,36 @@ def run_cmd(
         retries=retries,
         max_error_rate=max_error_rate,
         trace=trace,
+        dataset=dataset,
+        dataset_format=dataset_format,
         set_values=set_values,
         api_key_env=api_key_env,
     )
     if cluster is not None:
         overrides.update(parse_cluster_flag(cluster))
-    scn, _ = load_scenario(scenario, overrides)
+    scn = _with_dataset_trace(scenario, overrides, output_dir)
     flags: dict[str, Any] = {"output_dir": output_dir, "quiet": quiet, "report": not no_report}
     serve = None if serve_metrics is None else (serve_metrics_host, serve_metrics)
     code = execute(scn, **flags, allow_unverified_cold=allow_unverified_cold, serve_metrics=serve)
     raise typer.Exit(code)
+
+
+def _with_dataset_trace(scenario: str, overrides: dict[str, Any], output_dir: Path) -> Any:
+    """The scenario; a replay given a dataset replays it as its trace (kvbench.datasets.trace)."""
+    from kvbench.scenario import load_scenario
+
+    scn, _ = load_scenario(scenario, overrides)
+    p = scn.prompts
+    if p.dataset is not None and scn.test.kind == "replay":
+        from kvbench.datasets.trace import replay_overrides
+
+        overrides.update(replay_overrides(p.dataset, p.dataset_format, output_dir, scn.output.max_tokens))
+        scn, _ = load_scenario(scenario, overrides)
+    elif p.dataset is not None:  # a bad file is one line before any server is started
+        from kvbench.datasets import open_dataset
+
+        open_dataset(p.dataset, p.dataset_format, p.count)
+    return scn
 
 
 def validate_cmd(

@@ -1,5 +1,5 @@
-"""The run's prompt set: lengths from the scenario, counted by the server's tokenizer where it has
-one, written to prompts.jsonl and described in the manifest."""
+"""The run's prompt set: lengths from the scenario (or the requests of a dataset file), counted by
+the server's tokenizer where it has one, written to prompts.jsonl and described in the manifest."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from kvbench.run.context import Run
 
 async def make_prompt_set(run: Run) -> list[Prompt]:
     scn = run.scn
+    if scn.prompts.dataset is not None:
+        return await dataset_prompt_set(run)
     spec = scn.prompts.lengths
     count = scn.prompts.resolved_count()
     lengths = resolve_lengths(spec, count, scn.prompts.seed)
@@ -58,3 +60,55 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
         f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
     )
     return prompts
+
+
+async def dataset_prompt_set(run: Run) -> list[Prompt]:
+    """The dataset's requests as the prompt list (kvbench.datasets.prompts), dataset.jsonl beside
+    prompts.jsonl with each prompt's source line and expected reuse."""
+    from kvbench.datasets import open_dataset
+    from kvbench.datasets.prompts import dataset_prompts, request_rows
+    from kvbench.datasets.record import DATASET_ROWS
+    from kvbench.load.schedule import request_order
+
+    scn = run.scn
+    assert scn.prompts.dataset is not None
+    t0 = time.perf_counter()
+    ds = open_dataset(scn.prompts.dataset, scn.prompts.dataset_format, scn.prompts.count)
+    counter = await server_token_counter(run.http, run.target.model, run.target.engine, scn.target.api)
+    run.token_counter = bounded_counter(counter) if counter else None
+    prompts = await dataset_prompts(
+        ds, counter=run.token_counter, salted=scn.prompts.salt != "none", seed=scn.prompts.seed
+    )
+    rows = request_rows(ds, prompts, request_order(scn.load, len(prompts)), _mock_block(run))
+    elapsed = time.perf_counter() - t0
+    with run.rd.writer(PROMPTS) as w:
+        for p in prompts:
+            w.write(p.row(""))
+    with run.rd.writer(DATASET_ROWS) as w:
+        for row in rows:
+            w.write(row.model_dump(mode="json"))
+    run.rd.update(
+        prompts=PromptsInfo(
+            count=len(prompts),
+            build_s=round(elapsed, 3),
+            count_source=prompts[0].count_source,
+            counted_as="raw text, after the run's salt",
+            outside_tolerance=0,
+        )
+    )
+    skipped = f", {ds.skipped} entries skipped by the format's rule" if ds.skipped else ""
+    run.progress.log(
+        f"dataset {ds.path.name} ({ds.format.source}): {len(prompts)} {ds.kind} prompts "
+        f"({sum(p.requested_tokens for p in prompts):,} tokens){skipped} in {elapsed:.1f}s"
+    )
+    return list(prompts)
+
+
+def _mock_block(run: Run) -> int | None:
+    """The embedded mock's prefix-cache block, for the expected reuse in its blocks (else unknown)."""
+    if run.target.mock is None:
+        return None
+    from kvbench.mock.profiles import load_profile
+
+    overrides = {**run.scn.test.mock_defaults, **run.scn.target.mock_overrides}
+    return getattr(load_profile(run.scn.target.mock_profile, overrides), "block_tokens", None)

@@ -302,6 +302,11 @@ async def run_plan(run: Run) -> None:
             f"kvbench {__version__}: {scn.name} against {run.target.kind} {run.http.base_url} "
             f"(model {run.target.model}, engine {run.target.engine}) -> {run.rd.path}"
         )
+        if run.target.mock is not None:
+            from kvbench.mock import native
+
+            if not native.available():  # said once: slower per block, the same model
+                run.progress.log("mock: no C accelerator built in this install; its pure-Python paths run")
         prompts = await make_prompt_set(run)
         run.rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
         freeze_heap()  # no full GC pass over the start-up heap in the middle of a phase

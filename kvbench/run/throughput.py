@@ -141,6 +141,7 @@ async def run_phase(
             text=text,
             scheduled_ns=scheduled_ns,
             noise_active=plan.noisy,
+            max_tokens=getattr(prompt, "output_tokens", None),  # a dataset's own answer length
         )
 
     work: Any = issue

@@ -18,7 +18,7 @@ from kvbench.scenario.testtypes import moved_fields, translate_key
 
 MAX_SCENARIO_BYTES = MAX_FILE_BYTES
 
-# kvbench/scenarios links to the repository's scenarios/ (shipped in the wheel)
+# kvbench/scenarios is the one copy (shipped in the wheel); the repository's scenarios/ links to it
 PACKAGE_SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 

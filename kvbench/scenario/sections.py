@@ -7,6 +7,7 @@ default), frozen, every field described. Test-specific knobs live in scenario/te
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -159,6 +160,12 @@ class Reuse(Strict):
     )
 
 
+# kvbench.datasets.FORMATS names these (a test holds the two equal; that package sits above this one)
+DatasetFormatName = Literal[
+    "auto", "custom", "sharegpt", "random", "prefix_repetition", "single_turn", "multi_turn", "mooncake_trace"
+]
+
+
 class Prompts(Strict):
     count: int | None = Field(
         None,
@@ -190,12 +197,31 @@ class Prompts(Strict):
     reuse: Reuse = Field(
         default_factory=Reuse, description="The hit-rate dial: a primed prefix share per measured prompt."
     )
+    dataset: str | None = Field(
+        None,
+        min_length=1,
+        description="A vLLM-bench or AIPerf dataset file whose requests replace `lengths` "
+        "(kvbench.datasets); count, when set, takes its first `count` requests.",
+        json_schema_extra=flag("dataset"),
+    )
+    dataset_format: DatasetFormatName = Field(
+        "auto",
+        description="The dataset's format; auto = detected from its first entry.",
+        json_schema_extra=flag("dataset_format"),
+    )
 
     @field_validator("lengths")
     @classmethod
     def _nonempty(cls, v: list[int] | LengthRange) -> list[int] | LengthRange:
         if isinstance(v, list) and not v:
             raise ValueError("must list at least one length")
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_exists(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).expanduser().is_file():
+            raise ValueError(f"no such file {v!r}")
         return v
 
     def resolved_count(self) -> int:

@@ -43,6 +43,12 @@ def fmt_ci(ci: Any, digits: int = 3) -> str:
     return f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
 
 
+def fmt_interval(ci: Any, digits: int = 3, what: str = "95% CI") -> str:
+    """An interval labelled, for a cell that holds a value beside it: " (95% CI [a, b])", or nothing
+    where there is none (one sample), never an unlabelled "n/a" after the value."""
+    return f" ({what} {fmt_ci(ci, digits)})" if ci else ""
+
+
 def fmt_ms_as_s(ms: float | None) -> str:
     return "n/a" if ms is None else fmt(ms / 1000.0)
 
@@ -74,6 +80,9 @@ def to_markdown(title: str, sections: list[Section]) -> str:
         for p in s.paragraphs:
             out += [p, ""]
         for t in s.tables:
+            if not t.rows:  # no empty tables: the section's own line says why, or this one does
+                out += [f"*{t.caption}*: none.", ""] if t.caption else []
+                continue
             if t.caption:
                 out += [f"*{t.caption}*", ""]
             out.append("| " + " | ".join(_md_cell(h) for h in t.headers) + " |")
@@ -120,6 +129,9 @@ def to_html(title: str, sections: list[Section], banner: str | None = None) -> s
         for p in s.paragraphs:
             out.append(f"<p>{_inline_md(p)}</p>")
         for t in s.tables:
+            if not t.rows:
+                out += [f"<p><em>{html.escape(t.caption)}</em>: none.</p>"] if t.caption else []
+                continue
             out.append("<table>")
             if t.caption:
                 out.append(f"<caption>{html.escape(t.caption)}</caption>")
