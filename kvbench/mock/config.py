@@ -62,6 +62,14 @@ class TiersConfig(StrictModel):
         return tier
 
 
+class StepConfig(StrictModel):
+    """The engine's step scheduler: what batching and queueing under load come from."""
+
+    token_budget: int = Field(
+        ge=1, description="Tokens computed per step (vLLM max_num_batched_tokens, llama.cpp n_batch)."
+    )
+
+
 class GpuConfig(StrictModel):
     prefill_linear_s_per_token: float | None = Field(
         default=None, ge=0, description="a in prefill = a*(n-c) + b*(n^2-c^2)/2; null: fitted."
@@ -76,6 +84,15 @@ class GpuConfig(StrictModel):
         gt=0, description="GPU memory bandwidth: each step also reads every batched sequence's KV."
     )
     max_num_seqs: int = Field(default=256, ge=1, description="Requests admitted at once; the rest queue.")
+    request_fixed_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Model seconds per request before prefill that use no GPU (parse, tokenize, schedule).",
+    )
+    step: StepConfig | None = Field(
+        default=None,
+        description="Run the GPU in steps with a token budget (mock.costs.step); null: processor sharing.",
+    )
 
 
 class ContentionConfig(StrictModel):
@@ -156,6 +173,9 @@ class FitRecord(StrictModel):
     """What `kvbench fit` (kvbench.twin) fitted a twin profile to; read by people and the report only."""
 
     runs: list[str] = Field(description="The run directories the twin was fitted to.")
+    source: dict[str, str | float | None] = Field(
+        default_factory=dict, description="The system measured: engine, kind, mock profile, pace, machine."
+    )
     terms: dict[str, dict[str, float | int | str | None]] = Field(
         description="Per fitted term (prefill, onboard, decode): its coefficients, R^2, residuals, points."
     )
@@ -167,6 +187,10 @@ class FitRecord(StrictModel):
         description="The throughput phases read (recorded: the mock has no knob to fit).",
     )
     notes: list[str] = Field(default_factory=list, description="What was not fitted, and why.")
+    validation: list[dict[str, float | int | str | bool | None]] = Field(
+        default_factory=list,
+        description="Set by `kvbench fit --validate`: per run and metric, measured, predicted, error.",
+    )
 
 
 class TieredProfile(StrictModel):

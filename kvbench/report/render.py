@@ -67,6 +67,10 @@ def write_report(run_dir: Path, quiet: bool = False, geometry: str | None = None
         print_table(key_table(summary), f"{run.run_id} ({run.status_text})", summary.banner)
     for line in console_lines(summary):  # a noisy run's three lines: effect, bottleneck, noise
         print(line)
+    if summary.twin is not None:  # a twin's prediction says so, and where it extrapolates
+        from kvbench.report.twin.range import warning_lines
+
+        print("\n".join(warning_lines(summary.twin)))
     if not quiet and slo is not None:
         from kvbench.report.slo_section import slo_console_lines
 

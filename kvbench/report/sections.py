@@ -13,6 +13,7 @@ from kvbench.report.core.formats import Section, Table, fmt, fmt_ci, fmt_interva
 from kvbench.report.mock_lateness import mock_lateness_section
 from kvbench.report.noisy.section import noise_section
 from kvbench.report.summary import RunSummary
+from kvbench.report.twin.range import twin_section
 from kvbench.results.schema import LengthRangeInfo, LoadShape
 
 
@@ -287,6 +288,8 @@ def build_sections(
 ) -> list[Section]:
     """The report's sections in order; `extra` (built from the run directory: over time) before the notes."""
     secs = [run_section(summary)]
+    if (twin := twin_section(summary.twin)) is not None:
+        secs.append(twin)
     if (sessions := sessions_section(summary)) is not None:
         secs.append(sessions)
     if summary.run.test == "replay":

@@ -156,12 +156,27 @@ def build_summary(
     if why_not:
         notes.append(why_not)
     summary = summary.model_copy(update={"published": comparison, "notes": notes})
+    twin = _twin(run, df)
+    if twin is not None:
+        from kvbench.report.twin.range import warning_lines
+
+        notes += warning_lines(twin)
+        summary = summary.model_copy(update={"twin": twin, "notes": notes})
     if run.manifest.test == "sessions":
         from kvbench.report.sessions.turns import turns_summary
 
         # users' pauses pace a sessions phase: its req/s ratio to the baseline says nothing
         summary = summary.model_copy(update={"sessions": turns_summary(run.run_dir), "throughput": None})
     return summary, df, _read_noise(run.run_dir)
+
+
+def _twin(run: RunManifest, df: pd.DataFrame) -> Any:
+    """The range check of a run on a twin profile (None for any other run)."""
+    from kvbench.report.twin.range import twin_prediction
+
+    profile = run.mock_profile_model()
+    load = run.manifest.load
+    return twin_prediction(getattr(profile, "fit", None), df, load.concurrency if load else None)
 
 
 def _read_json(path: Path) -> Any:

@@ -17,6 +17,7 @@ from kvbench.report.core.manifest import TimeScale
 from kvbench.report.noisy.attribution import PhaseAttribution
 from kvbench.report.noisy.effect import NoiseEffect
 from kvbench.report.noisy.explain import NoiseExplanation
+from kvbench.report.twin.range import TwinPrediction
 from kvbench.results.schema import LoadShape
 
 # 2: run.load is the manifest's own load shape (results.schema.LoadShape), its origin in run.load_source
@@ -192,4 +193,7 @@ class RunSummary(_Model):
     )
     sessions: dict[str, Any] | None = F(
         "sessions test: per_turn and per_tier tables from turns.jsonl (report.sessions)", default=None
+    )
+    twin: TwinPrediction | None = F(
+        "a run on a twin (kvbench fit): the ranges it left and the error its validation found", default=None
     )

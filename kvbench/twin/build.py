@@ -6,10 +6,11 @@ networked storage): its latency and bandwidth are the fitted onboarding; G1-G3 c
 hit is never cheaper than the system's was. G2 still stages the G4 reads, at a bandwidth well above
 the fitted one so the fitted stage stays the bottleneck (as in kvbench.mock.costs.timing's fit).
 
-Not modelled by the mock, so only recorded: the fixed cost per request (the twin's own HTTP and
-client cost stands in for it), the link sharing under noise (the base's fabric knobs are kept), and
-a concurrency term (the mock shares its GPU by processor sharing, with no knob: a throughput run's
-req/s is kept as the concurrency range the twin was fitted beside).
+Under load the twin runs the mock's step scheduler (`gpu.step`, kvbench.mock.costs.step): a token
+budget per step, the sequence limit and the fixed cost per request, chosen by kvbench.twin.scheduler
+(given, the source mock profile's, or the engine's defaults, each recorded with its origin). A twin of
+kvbench's own mock keeps processor sharing, as its source does. Not modelled, so only recorded: the
+link sharing under noise (the base's fabric knobs are kept).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kvbench.mock.profiles import load_profile, validate_profile
 from kvbench.model.kv_geometry import PRESETS
 from kvbench.model.prefill import prefill_time
 from kvbench.twin import fit as F
+from kvbench.twin.scheduler import Scheduler, choose
 from kvbench.twin.sources import RunData
 
 UNBOUNDED_BW = 1e15  # bytes/s standing for "no measurable transfer cost" (a hit already in place)
@@ -39,6 +41,7 @@ class Twin:
     onboard: F.OnboardFit | None
     decode: F.DecodeFit | None
     notes: list[str]
+    scheduler: Scheduler | None = None
 
 
 def _base(name: str) -> TieredProfile:
@@ -97,7 +100,14 @@ def infer_block(cached: list[int], default: int) -> int:
     return g if 1 <= g <= MAX_BLOCK and len(set(cached)) > 1 else default
 
 
-def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model: str | None) -> Twin:
+def build_twin(
+    runs: list[RunData],
+    base_name: str,
+    geometry: str | None,
+    model: str | None,
+    step_budget: int | None = None,
+    max_seqs: int | None = None,
+) -> Twin:
     """Fit every term the runs allow and return the twin profile (see the module docstring)."""
     base = _base(base_name)
     geometry = geometry or base.geometry
@@ -112,9 +122,19 @@ def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model:
         pf = F.fit_cold([p.tokens for p in cold], [p.ttft_s for p in cold], fixed_max)
     except ValueError as exc:
         raise UsageError(f"{runs[0].run_dir}: {exc}") from None
+    source = next((r.source for r in runs if r.source is not None), None)
+    scheduler = choose(
+        source.engine if source else "generic",
+        source.mock_profile if source else None,
+        pf.fixed_s,
+        step_budget,
+        max_seqs,
+        source.kind if source else "server",
+    )
     notes = [
-        f"fixed cost per request {pf.fixed_s * 1e3:.3g} ms: not in the mock's model (the twin's own "
-        "HTTP/client cost stands in for it); subtracted from the warm rows before the onboarding fit"
+        f"fixed cost per request {pf.fixed_s * 1e3:.3g} ms: modelled (gpu.request_fixed_s; it holds "
+        "kvbench's own HTTP cost too, paid again on the twin); subtracted from the warm rows before the "
+        "onboarding fit"
     ]
     g4: tuple[float, float] = (0.0, UNBOUNDED_BW)
     onboard = None
@@ -132,18 +152,25 @@ def build_twin(runs: list[RunData], base_name: str, geometry: str | None, model:
     else:
         notes.append("no warm rows: the serving tier is not fitted (latency 0, bandwidth unbounded)")
     draft = _draft(base, geometry, served, pf.a, pf.c, g4)
+    draft["gpu"] |= scheduler.gpu_fields()
     decode = _decode(runs, _params(draft), draft, notes)
     notes.append(
         "concurrent reads share the serving tier's bandwidth (its aggregate is the read bandwidth: a "
         "what-if on tiers.G4.read_bandwidth_bytes_per_s moves both); the noise link is not fitted (at "
         f"{STAGING_HEADROOM:g}x the bandwidth, the base's fabric knobs kept)"
     )
+    if scheduler.token_budget is None:
+        notes.append("the source shares its GPU by processor sharing (kvbench's mock): no step scheduler")
+    else:
+        notes.append(
+            f"under load: steps of {scheduler.token_budget} tokens, {scheduler.max_num_seqs} sequences at "
+            f"once ({scheduler.origin['token_budget']})"
+        )
     if any(r.throughput for r in runs):
         notes.append(
-            "the mock's GPU is processor-shared with no concurrency knob: "
-            "throughput rows are recorded, not fitted"
+            "throughput rows are recorded, not fitted: --validate RUN says how well the twin predicts them"
         )
-    twin = Twin(draft, pf, onboard, decode, notes)
+    twin = Twin(draft, pf, onboard, decode, notes, scheduler)
     draft["fit"] = fit_section(runs, twin)
     draft["description"] = f"Twin fitted by kvbench fit to {', '.join(str(r.run_dir) for r in runs)}"
     _params(draft)  # the mock must accept its own twin
@@ -204,8 +231,12 @@ def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
         }
         for t in tput
     ]
+    if twin.scheduler is not None:
+        terms["scheduler"] = twin.scheduler.record()
+    sources = [r.source.as_dict() for r in runs if r.source is not None]
     return {
         "runs": [str(r.run_dir) for r in runs],
+        "source": sources[0] if sources else {},
         "terms": terms,
         "valid": valid,
         "observed_throughput": observed,

@@ -16,11 +16,14 @@ FIT_HELP = """Fit a mock profile (a twin) to your own runs, then run any scenari
   kvbench run ttft --base-url http://127.0.0.1:8000 --lengths 1k,4k,8k,16k
   kvbench fit results/<that run> -o my-twin.yaml
   kvbench run throughput --mock-profile ./my-twin.yaml --set target.mock_overrides={}
-  kvbench compare results/<real throughput run> results/<twin run>
+  kvbench fit results/<that run> -o my-twin.yaml --validate results/<a throughput run>
 
 A TTFT run's cold rows give the prefill cost (a*n + c*n^2 + fixed), its warm rows the serving tier's
 onboarding latency and bandwidth (as G4), its inter-token times the decode step. Fit quality (R^2,
-residuals, points) and the ranges the fit holds for go into the profile's `fit:` section. The twin
+residuals, points) and the ranges the fit holds for go into the profile's `fit:` section. Under
+load the twin schedules in steps (a token budget per step, a sequence limit, a fixed cost per
+request): give your server's with --step-budget / --max-seqs, else the engine's defaults are assumed
+and said so. --validate RUN runs RUN's scenario on the twin and prints the error per metric. The twin
 runs in real time: clear a scenario's pace override (ttft sets time_scale 0.1) with
 --set target.mock_overrides={}.
 """
@@ -28,8 +31,8 @@ runs in real time: clear a scenario's pace override (ttft sets time_scale 0.1) w
 
 def fit_cmd(
     run_dirs: Annotated[
-        list[Path], typer.Argument(help="Run directories (a TTFT run; throughput runs too).")
-    ],
+        list[Path] | None, typer.Argument(help="Run directories (a TTFT run; throughput runs too).")
+    ] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile YAML to write.")] = Path(
         "twin.yaml"
     ),
@@ -39,21 +42,86 @@ def fit_cmd(
     model: Annotated[
         str | None, typer.Option(help="KV geometry preset (bytes per token); default: the base's.")
     ] = None,
+    step_budget: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Tokens per scheduler step of your server (vLLM --max-num-batched-tokens, llama.cpp "
+            "--batch-size); default: the engine's as kvbench engines serve starts it.",
+        ),
+    ] = None,
+    max_seqs: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Sequences your server runs at once (vLLM --max-num-seqs, llama.cpp -np slots)."
+        ),
+    ] = None,
+    validate: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--validate",
+            help="A run of the real system to predict on the twin and compare (repeat for more); the "
+            "errors go into the profile's fit.validation.",
+        ),
+    ] = None,
+    twin_path: Annotated[
+        Path | None,
+        typer.Option("--twin", help="Validate this existing twin instead of fitting one (needs --validate)."),
+    ] = None,
+    validate_dir: Annotated[Path, typer.Option(help="Where the twin's prediction runs go.")] = Path(
+        "results/twin-validation"
+    ),
 ) -> None:
     from kvbench.errors import UsageError
+
+    if twin_path is not None:
+        if not validate:
+            raise UsageError("--twin: name the runs to predict with --validate RUN")
+        if run_dirs:
+            raise UsageError("--twin validates an existing twin: give run directories with --validate only")
+        _validate(twin_path, list(validate), validate_dir)
+        return
+    if not run_dirs:
+        raise UsageError("kvbench fit: name at least one run directory")
     from kvbench.twin.build import build_twin
     from kvbench.twin.sources import read_runs
 
-    twin = build_twin(read_runs(list(run_dirs)), base, model, None)
+    twin = build_twin(read_runs(list(run_dirs)), base, model, None, step_budget, max_seqs)
     twin.profile["name"] = output.stem
-    try:
-        from kvbench.results.files import write_text_atomic
-
-        write_text_atomic(output, render_yaml(twin.profile))
-    except OSError as exc:
-        raise UsageError(f"-o {output}: cannot write ({exc.strerror or type(exc).__name__})") from None
+    _write(output, twin.profile)
     for line in summary_lines(twin, output, base):
         print(line)
+    if validate:
+        _validate(output, list(validate), validate_dir)
+
+
+def _write(path: Path, profile: dict[str, Any]) -> None:
+    from kvbench.errors import UsageError
+    from kvbench.results.files import write_text_atomic
+
+    try:
+        write_text_atomic(path, render_yaml(profile))
+    except OSError as exc:
+        raise UsageError(f"-o {path}: cannot write ({exc.strerror or type(exc).__name__})") from None
+
+
+def _validate(twin: Path, runs: list[Path], out: Path) -> None:
+    """Predict each run on the twin, print the error table, keep it in the profile's fit.validation."""
+    from kvbench.configfile import read_yaml
+    from kvbench.errors import UsageError
+    from kvbench.twin.validate import table_lines, validate
+
+    if not twin.is_file():
+        raise UsageError(f"--twin {twin}: no such profile file")
+    profile = read_yaml(twin)
+    if not isinstance(profile, dict) or not isinstance(profile.get("fit"), dict):
+        raise UsageError(f"--twin {twin}: not a twin (no fit: section; write one with kvbench fit)")
+    print(f"validating {twin} against {len(runs)} run(s): each run's scenario on the twin ...")
+    rows, warnings = validate(twin, runs, out, profile["fit"].get("source") or {})
+    profile["fit"]["validation"] = [r.as_dict() for r in rows]
+    _write(twin, profile)
+    print("\n".join([*warnings, *table_lines(rows)]))
+    print(f"validation written to {twin} (fit.validation); the twin's runs: {out}")
 
 
 def render_yaml(profile: dict[str, Any]) -> str:
@@ -98,6 +166,13 @@ def summary_lines(twin: Twin, output: Path, base: str) -> list[str]:
         f"  valid for prompts {v['prompt_tokens_min']}-{v['prompt_tokens_max']} tokens{cached}, "
         f"up to {v['concurrency_max']} connection(s)"
     )
+    if "scheduler" in t:
+        s = t["scheduler"]
+        steps = "processor sharing" if s["token_budget"] is None else f"steps of {s['token_budget']} tokens"
+        lines.append(
+            f"  scheduler {steps}, {s['max_num_seqs']} sequences, fixed {s['request_fixed_s'] * 1e3:.3g} ms "
+            f"per request ({s['token_budget_from']})"
+        )
     lines += [f"  note: {n}" for n in fit["notes"]]
     lines.append(f"run on it: kvbench run ttft --mock-profile {output} --set target.mock_overrides={{}}")
     return lines

@@ -34,10 +34,31 @@ class ThroughputPoint:
     requests: int
 
 
+@dataclass(frozen=True)
+class Source:
+    """What system a run measured, and how: the twin records it so a prediction can say where it came from."""
+
+    engine: str  # the adapter name the run used (llamacpp, vllm, mock, generic, ...)
+    kind: str  # mock (kvbench's own) or server
+    mock_profile: str | None  # the mock profile a mock run served
+    pace: float  # real seconds per modelled second (1.0 for a real server)
+    machine: str  # the client host: hostname, CPUs, platform
+
+    def as_dict(self) -> dict[str, str | float | None]:
+        return {
+            "engine": self.engine,
+            "kind": self.kind,
+            "mock_profile": self.mock_profile,
+            "pace": self.pace,
+            "machine": self.machine,
+        }
+
+
 @dataclass
 class RunData:
     run_dir: Path
     model: str | None
+    source: Source | None = None
     cold: list[TtftPoint] = field(default_factory=list)
     warm: list[TtftPoint] = field(default_factory=list)
     itl: list[tuple[int, float]] = field(default_factory=list)  # (context tokens, mean step s)
@@ -71,7 +92,16 @@ def read_run(run_dir: Path | str) -> RunData:
         raise UsageError(f"{path}: no such run directory")
     record = load_record(path)
     m = record.manifest
-    data = RunData(run_dir=path, model=m.target.model)
+    env = m.environment
+    machine = f"{env.hostname}, {env.cpu_count or '?'} CPUs, {env.platform}"
+    source = Source(
+        engine=m.target.engine,
+        kind=m.target.kind,
+        mock_profile=m.target.mock_profile,
+        pace=float(m.target.mock_time_scale or 1.0),
+        machine=machine,
+    )
+    data = RunData(run_dir=path, model=m.target.model, source=source)
     rows = [r for r in read_jsonl(path / REQUESTS) if r.get("status") == "ok"]
     ttft_phases = {p.name for p in m.phases if p.label == "ttft"}
     for r in rows:

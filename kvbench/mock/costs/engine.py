@@ -13,9 +13,8 @@ FixedDelayEngine: first token exactly ttft_ms after receipt, then decode_ms_per_
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from kvbench.mock.config import TIER_NAMES, FixedDelayProfile, TieredProfile
 from kvbench.mock.costs.cache import LookupResult, TieredKVCache
 from kvbench.mock.costs.noise_link import NoiseLink
 from kvbench.mock.costs.onboarding import STAGE_LINK, split_onboarding
-from kvbench.mock.costs.timing import ModelParams, SharedResource
+from kvbench.mock.costs.pacing import AsyncResource, DecodeBatcher, Pacer
+from kvbench.mock.costs.step import StepLoop, StepScheduler
+from kvbench.mock.costs.timing import ModelParams
 from kvbench.mock.metrics import MockMetrics
 from kvbench.mock.span_hash import SCHEME as KEY_SCHEME
 from kvbench.mock.tokenizer import PromptInfo
@@ -80,152 +81,6 @@ class Trace:
         return asdict(self)
 
 
-class AsyncResource:
-    """A SharedResource driven by the running event loop's clock (real seconds)."""
-
-    def __init__(self, capacity: float, per_job_cap: float | None = None) -> None:
-        self.core = SharedResource(capacity, per_job_cap)
-        self._waiters: dict[int, asyncio.Future[float]] = {}
-        self._ids = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
-        self._armed_at = 0.0
-
-    def __len__(self) -> int:
-        return len(self.core)
-
-    def rate_if_joined(self) -> float:
-        """Rate one more job would get now."""
-        return self.core.rate_for(len(self.core) + 1)
-
-    def reshare(self, change: Callable[[], None]) -> None:
-        """Apply `change` to what `core.share` reads: progress up to now at the old rates first."""
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # no running loop yet (construction)
-            loop = None
-        if loop is not None:
-            self.core.advance(loop.time())
-        change()
-        if loop is not None:
-            self._rearm(loop)
-
-    async def use(self, work: float) -> float:
-        """Wait until `work` is done; returns how late the timer woke (seconds past the model's finish)."""
-        if work <= 0:
-            return 0.0
-        loop = asyncio.get_running_loop()
-        job = next(self._ids)
-        fut: asyncio.Future[float] = loop.create_future()
-        self.core.add(loop.time(), job, work)
-        self._waiters[job] = fut
-        self._rearm(loop)
-        try:
-            return await fut
-        finally:
-            if self._waiters.pop(job, None) is not None:  # cancelled before it finished
-                self.core.remove(loop.time(), job)
-                self._rearm(loop)
-
-    def set_capacity(self, capacity: float) -> None:
-        loop = asyncio.get_running_loop()
-        self.core.set_capacity(loop.time(), capacity)
-        self._rearm(loop)
-
-    def _rearm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        t = self.core.next_finish()
-        if t is not None:
-            self._armed_at = t
-            self._timer = loop.call_at(t, self._tick, loop)
-
-    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        now = loop.time()
-        late = max(0.0, now - self._armed_at)
-        for job in self.core.pop_finished(now, tolerance=1e-6):
-            fut = self._waiters.pop(job, None)
-            if fut is not None and not fut.done():
-                fut.set_result(late)
-        self._rearm(loop)
-
-
-class Pacer:
-    """Carries one request's timer lateness into its next waits.
-
-    The event loop's selector rounds waits up to whole milliseconds, so a chain of
-    sub-millisecond modelled waits (a scaled profile) would add up to several ms. The
-    pacer keeps ``lag`` (real time already spent beyond the model) and takes it off the
-    next waits: a sleep shorter than the lag is skipped, and a job on a shared resource
-    is credited the work it would have done in that time at its current share.
-    """
-
-    def __init__(self, lag: float = 0.0) -> None:
-        self.lag = lag
-
-    async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        if self.lag >= seconds:
-            self.lag -= seconds
-            return
-        seconds -= self.lag
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        await asyncio.sleep(seconds)
-        self.lag = max(0.0, loop.time() - t0 - seconds)
-
-    async def use(self, res: AsyncResource, work: float) -> None:
-        if work <= 0:
-            return
-        if self.lag > 0:
-            rate = res.rate_if_joined()
-            credit = min(work, self.lag * rate)
-            work -= credit
-            self.lag = max(0.0, self.lag - credit / rate)
-            if work <= 0:
-                return
-        self.lag = await res.use(work)
-
-
-class DecodeBatcher:
-    """Continuous batching: one loop runs decode steps for every request waiting for a token."""
-
-    def __init__(self, gpu: AsyncResource, params: ModelParams) -> None:
-        self.gpu = gpu
-        self.params = params
-        self._pending: list[tuple[int, asyncio.Future[None]]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._pacer = Pacer()
-
-    async def step(self, context: int) -> None:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        self._pending.append((context, fut))
-        if self._task is None or self._task.done():
-            self._pacer.lag = 0.0
-            self._task = loop.create_task(self._run())
-        await fut
-
-    async def _run(self) -> None:
-        while self._pending:
-            batch = [(c, f) for c, f in self._pending if not f.done()]
-            self._pending = []
-            if not batch:
-                continue
-            await self._pacer.use(self.gpu, self.params.decode_step_s(c for c, _ in batch))
-            for _, f in batch:
-                if not f.done():
-                    f.set_result(None)
-            if not self._pending:
-                await asyncio.sleep(0)  # let the batch's requests ask for their next token
-
-    def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-
 def _ms_since(t0_ns: int) -> float:
     return (time.perf_counter_ns() - t0_ns) / 1e6
 
@@ -266,6 +121,9 @@ class TieredEngine:
             persist_meta=meta,
         )
         self.decoder = DecodeBatcher(self.gpu, params)
+        self.steps = (
+            StepLoop(StepScheduler(params, params.step), params.time_scale, Pacer()) if params.step else None
+        )
         self._admission: asyncio.Semaphore | None = None
         self._waiting = 0
         self._running = 0
@@ -310,6 +168,8 @@ class TieredEngine:
 
     def close(self) -> None:
         self.decoder.close()
+        if self.steps is not None:
+            self.steps.close()
         self.cache.close()
 
     def _bytes_by_tier(self, hit: LookupResult) -> dict[str, float]:
@@ -380,6 +240,7 @@ class TieredEngine:
             # credited against the first waits (a 130k-token prompt takes ~20 ms of that at any pace).
             trace.mock_cpu_ms += (time.thread_time_ns() - cpu0) / 1e6
             pacer = Pacer(lag=max(0.0, (t0 - trace.received_ns) / 1e9))
+            await pacer.sleep(self.params.request_fixed_s * self.params.time_scale)
             t1 = time.perf_counter_ns()
             ends = await self._onboard(moved, pacer)
             trace.onboard_ms = _ms_since(t1) if ends else 0.0  # nothing moved: no onboarding
@@ -387,7 +248,10 @@ class TieredEngine:
                 trace.onboard_ms, ends, moved
             )
             t2 = time.perf_counter_ns()
-            await pacer.use(self.gpu, self.params.prefill_s(n, c))
+            if self.steps is not None:  # shared steps: this request's lag stays its own lateness
+                await self.steps.prefill(n, c)
+            else:
+                await pacer.use(self.gpu, self.params.prefill_s(n, c))
             trace.prefill_ms = _ms_since(t2)
             cpu0 = time.thread_time_ns()
             self.cache.commit(prompt.block_keys, hit, n // b)
@@ -396,7 +260,10 @@ class TieredEngine:
             trace.mock_late_ms = pacer.lag * 1e3
             yield 0
             for i in range(1, max_tokens):
-                await self.decoder.step(n + i)
+                if self.steps is not None:
+                    await self.steps.decode(n + i)
+                else:
+                    await self.decoder.step(n + i)
                 yield i
         finally:
             self._running -= 1

@@ -34,7 +34,9 @@ Sharing the GPU
     Prefills and decode steps are jobs on ONE processor-sharing resource (capacity one GPU
     second per second): k concurrent jobs each progress at 1/k. So throughput under many
     connections falls out of the model; there is no throughput knob. Requests beyond
-    ``max_num_seqs`` wait for admission (queue time).
+    ``max_num_seqs`` wait for admission (queue time). A profile with ``gpu.step`` runs the
+    GPU in steps with a token budget instead (kvbench.mock.costs.step: chunked prefill sharing
+    steps with decodes, a fixed cost per request), as vLLM and llama.cpp schedule.
 
 Cache writes (newly computed blocks written through to enabled lower tiers) are
 asynchronous and cost the request no time; they use no read bandwidth (links are full
@@ -47,6 +49,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kvbench.mock.config import TIER_NAMES, Calibration, TieredProfile
+from kvbench.mock.costs.step import StepParams
 from kvbench.model import prefill as _prefill
 from kvbench.model.kv_geometry import PRESETS, KVGeometry
 from kvbench.model.topology import PRESETS as TOPOLOGIES
@@ -210,6 +213,8 @@ class ModelParams:
     onboard_chunk_tokens: int
     max_num_seqs: int
     max_model_len: int
+    step: StepParams | None = None  # gpu.step: the step scheduler instead of processor sharing
+    request_fixed_s: float = 0.0  # gpu.request_fixed_s: per request before prefill, no GPU
 
     def tier(self, name: str) -> TierParams:
         return self.tiers[TIER_NAMES.index(name)]
@@ -359,6 +364,8 @@ def derive_params(profile: TieredProfile) -> ModelParams:
         time_scale=profile.time_scale,
         onboard_chunk_tokens=profile.onboard_chunk_tokens,
         max_num_seqs=profile.gpu.max_num_seqs,
+        step=StepParams(**profile.gpu.step.model_dump()) if profile.gpu.step else None,
+        request_fixed_s=profile.gpu.request_fixed_s,
         max_model_len=profile.max_model_len or geometry.context_length or 131_072,
     )
     g4 = profile.tiers.G4
