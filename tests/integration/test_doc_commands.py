@@ -15,7 +15,8 @@ picked alone first runs the commands above it on its page.
 How a run is kept small: `kvbench run` gets `--quiet --no-report`, `kvbench sweep` `--quiet`, and
 both get `--set` overrides from SMALL for their test kind, except for fields the command sets
 itself (by --set, --over or a flag: a doc's own small values stay as written); a sweep's `--over`
-list keeps its first two values, a search range `LO..HI` its first four loads.
+list keeps its first two values, a search range `LO..HI` ends at 4 x LO, each load run once
+(`--max-repeats 1`).
 
 What the docs write, and the test fills in:
 - `http://127.0.0.1:8000` is a mock this test serves (`kvbench mock serve`, profile ci);
@@ -226,6 +227,8 @@ def small(argv: list[str], where: Path) -> list[str]:
         args = [_trim_over(a) if i and args[i - 1] == "--over" else a for i, a in enumerate(args)]
     params = _params(sub, args)
     extra = ["--quiet"] + (["--no-report"] if sub == "run" else [])
+    if "--search" in args and "--max-repeats" not in args:
+        extra += ["--max-repeats", "1"]  # one run per probed load: the search still bisects
     scenario = params.get("scenario")
     if scenario:
         mentioned = _keys_set(params)
