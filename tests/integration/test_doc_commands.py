@@ -492,3 +492,12 @@ def test_every_relative_link_in_the_docs_resolves() -> None:
             if not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_a_rotten_command_fails_naming_its_page_and_line(tmp_path: Path) -> None:
+    mock = DocMock()
+    with pytest.raises(AssertionError, match=r"p\.md:3: .*exited 2 \(expected 0\)"):
+        run_step(Step("p.md", 3, "kvbench run ttft --no-such-flag"), Page(tmp_path), mock)
+    with pytest.raises(AssertionError, match="needs 1 run"):  # nothing on the page made one
+        run_step(Step("p.md", 4, "kvbench report results/<run>"), Page(tmp_path), mock)
+    assert mock.proc is None  # no server was started for commands that do not name one
