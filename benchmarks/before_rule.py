@@ -61,7 +61,7 @@ def rule_met(rule: dict[str, Any]) -> dict[str, bool]:
 
 
 def rule_markdown(res: dict[str, Any]) -> list[str]:
-    """The rule's table (inside the README block): medians per build and the paired ratios."""
+    """The rule's table (docs/performance.md bench-table block): medians per build, paired ratios."""
     rule = res.get("rule")
     if not rule:
         return []

@@ -1,7 +1,7 @@
 """`make bench`'s summary, targets and markdown (benchmarks/results/latest.md).
 
-The block between the `bench-table` markers is what benchmarks/readme_table.py copies into the
-README: the side-by-side table of one run, with its date, machine and versions.
+The block between the `bench-table` markers is what benchmarks/readme_table.py copies into
+docs/performance.md: the side-by-side table of one run, with its date, machine and versions.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Cases, tools interleaved, --repeats times (median):
 Cores: the server on core 0, the kvbench process on core 1 (bench_common.core_plan); its worker
 processes inherit that affinity, so on a 2-core machine the driver and its K workers SHARE core 1:
 what this measures here is what the multi-process path costs, not how it scales (that needs a
-core per worker, see README "Load from several local processes").
+core per worker, see docs/ray.md "Load from several local processes").
 
 CPU per request: the kvbench child's rusage (wait4) holds its worker processes' CPU too (it reaps
 them at the end of the run), less the same command doing 1 request (start-up, the K spawns); the

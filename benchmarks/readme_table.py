@@ -1,9 +1,10 @@
-"""Copy `make bench`'s side-by-side table from benchmarks/results/latest.md into README.md.
+"""Copy `make bench`'s side-by-side table from benchmarks/results/latest.md into docs/performance.md.
 
 The block between the `bench-table` markers in latest.md (date, machine, versions, the table
-and its definitions) replaces the block between the same markers in the README. Refuses a
-latest run without its peers (--no-peers, or vLLM not installed) or with fewer than 3
-repeats: the README's ratios must come from one full run that had them.
+and its definitions) replaces the block between the same markers in docs/performance.md (the
+README links there; the table left the README to keep it short). Refuses a latest run without
+its peers (--no-peers, or vLLM not installed) or with fewer than 3 repeats: the published
+ratios must come from one full run that had them.
 
     python benchmarks/readme_table.py [--force]
 """
@@ -29,12 +30,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="copy even a run without peers or 3 repeats")
     ap.add_argument("--results", default=str(HERE / "results" / "latest"), help="results prefix")
-    ap.add_argument("--readme", default=str(HERE.parent / "README.md"))
+    ap.add_argument(
+        "--readme", default=str(HERE.parent / "docs" / "performance.md"), help="page holding the table"
+    )
     args = ap.parse_args()
     latest = Path(args.results)
     res = json.loads(latest.with_suffix(".json").read_text())
     if not args.force and (res.get("peers") != "ran" or res.get("repeats", 0) < 3):
-        print(f"README not updated: latest run had peers={res.get('peers')!r}, repeats={res.get('repeats')}")
+        had = f"peers={res.get('peers')!r}, repeats={res.get('repeats')}"
+        print(f"{Path(args.readme).name} not updated: latest run had {had}")
         return 0
     md = latest.with_suffix(".md").read_text()
     i, j = block(md, str(latest.with_suffix(".md")))
@@ -43,7 +47,7 @@ def main() -> int:
     a, b = block(text, str(readme))
     readme.write_text(text[:a] + md[i:j] + text[b:])
     aiperf = "with AIPerf's column" if res.get("aiperf") == "ran" else f"without AIPerf ({res.get('aiperf')})"
-    print(f"README.md: performance table from {latest.with_suffix('.md').name} ({res['date']}), {aiperf}")
+    print(f"{readme.name}: performance table from {latest.with_suffix('.md').name} ({res['date']}), {aiperf}")
     return 0
 
 

@@ -72,7 +72,7 @@ ServeMetricsOpt = Annotated[
     int | None,
     typer.Option(
         help="Serve kvbench's own progress as Prometheus metrics on PORT while it runs (0: a free port, "
-        'printed); names in README "Watching a run".',
+        "printed); names in docs/telemetry.md.",
         metavar="PORT",
         min=0,
         max=65535,
