@@ -96,6 +96,29 @@ ServeMetricsOpt = Annotated[
 ServeHostOpt = Annotated[
     str, typer.Option(help="With --serve-metrics: the address to listen on.", metavar="HOST")
 ]
+NoisyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--noisy",
+        help="Throughput: alternating quiet/noisy pairs, all reading the same filled cache "
+        "(the published reading); the report gives the effect with its interval.",
+    ),
+]
+EmptyCacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--empty-cache",
+        help="With --noisy: the empty-cache variant, every phase starts from an empty cache "
+        "(test.noisy.cache_start=cold).",
+    ),
+]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Where noise clients and load workers run: local, ray (RAY_ADDRESS, the cluster of "
+        "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
+    ),
+]
 
 
 def run_cmd(
@@ -110,22 +133,8 @@ def run_cmd(
     mock_profile: Annotated[
         str | None, typer.Option(help="Mock profile when no server is named (ci, ibm-g4, laptop, ...).")
     ] = None,
-    noisy: Annotated[
-        bool,
-        typer.Option(
-            "--noisy",
-            help="Throughput: alternating quiet/noisy pairs, all reading the same filled cache "
-            "(the published reading); the report gives the effect with its interval.",
-        ),
-    ] = False,
-    empty_cache: Annotated[
-        bool,
-        typer.Option(
-            "--empty-cache",
-            help="With --noisy: the empty-cache variant, every phase starts from an empty cache "
-            "(test.noisy.cache_start=cold).",
-        ),
-    ] = False,
+    noisy: NoisyOpt = False,
+    empty_cache: EmptyCacheOpt = False,
     pairs: Annotated[
         int | None, typer.Option(help="With --noisy: quiet/noisy pairs (default 6; 2 with --empty-cache).")
     ] = None,
@@ -160,13 +169,7 @@ def run_cmd(
     ] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the report at the end.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain, minimal output.")] = False,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            help="Where noise clients and load workers run: local, ray (RAY_ADDRESS, the cluster of "
-            "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
-        ),
-    ] = None,
+    cluster: ClusterOpt = None,
     serve_metrics: ServeMetricsOpt = None,
     serve_metrics_host: ServeHostOpt = "127.0.0.1",
 ) -> None:
