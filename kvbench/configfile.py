@@ -195,8 +195,46 @@ def read_value(ann: Any, raw: str, key: str) -> Any:
         except ValidationError as exc:
             first_error = first_error or exc
     assert first_error is not None
-    msg = first_error.errors()[0]["msg"].removeprefix("Value error, ")
-    raise UsageError(f"{key}: {msg} (--set {key}={raw})")
+    member = _narrow(ann, parsed, key, raw)
+    if member is not None:  # a union's errors name every member; the one the value's tag names matters
+        try:
+            TypeAdapter(member).validate_python(parsed)
+        except ValidationError as exc:
+            first_error = exc
+    err = first_error.errors()[0]
+    where = ".".join([key, *clean_loc(err["loc"], {})])
+    raise UsageError(f"{where}: {_plain(err)} (--set {key}={raw})")
+
+
+def _tag_name(member: type[BaseModel]) -> str | None:
+    """A union member's tag field: its first Literal field (`kind`)."""
+    return next(
+        (n for n, i in member.model_fields.items() if typing.get_origin(i.annotation) is typing.Literal), None
+    )
+
+
+def _narrow(ann: Any, parsed: Any, key: str, raw: str) -> Any | None:
+    """The member of a tagged union of models that the mapping `parsed` names by its tag."""
+    models = [m for m in _members(ann) if isinstance(m, type) and issubclass(m, BaseModel)]
+    tag = _tag_name(models[0]) if len(models) > 1 and isinstance(parsed, dict) else None
+    if tag is None or not all(tag in m.model_fields for m in models):
+        return None
+    kinds = {v: m for m in models for v in typing.get_args(m.model_fields[tag].annotation)}
+    if parsed.get(tag) not in kinds:
+        said = (
+            f"names no {tag}; add {tag}: one of"
+            if tag not in parsed
+            else f"{tag} {parsed[tag]!r} is not one of"
+        )
+        raise UsageError(f"{key}: {said} {', '.join(map(str, kinds))} (--set {key}={raw})")
+    return kinds[parsed[tag]]
+
+
+def _plain(err: Any) -> str:
+    """A --set value's problem without pydantic's own wording ("Input should be", "Field required")."""
+    msg = {"extra_forbidden": "unknown key", "missing": "required"}.get(err["type"], err["msg"])
+    msg = str(msg).removeprefix("Value error, ")
+    return "must be " + msg.removeprefix("Input should be ") if msg.startswith("Input should be ") else msg
 
 
 def apply_overrides(
@@ -207,7 +245,11 @@ def apply_overrides(
     Values that are strings from `--set` (wrap them in `Raw`) are read as the field's type when
     `model` is given; other values (from typed CLI flags) are set as they are."""
     out = copy.deepcopy(data)
-    for dotted, value in overrides.items():
+    switched: list[tuple[str, type[BaseModel]]] = []
+    # a union's tag first, so that `--set load.rate=5 --set load.kind=rate` lands in the new member
+    for dotted, value in sorted(overrides.items(), key=lambda kv: not _tag_members(model, kv[0], out)):
+        if model is not None and (member := _switch_member(model, dotted, value, out)) is not None:
+            switched.append((dotted.rpartition(".")[0], member))
         if isinstance(value, Raw):
             ann = field_at(model, dotted, out) if model is not None else None
             value = read_value(ann, str(value), dotted) if ann is not None else _yaml_or_text(str(value))
@@ -220,7 +262,61 @@ def apply_overrides(
                 node[part] = child
             node = child
         node[parts[-1]] = value
+    for parent, member in switched:
+        _check_switch(out, parent, member)
     return out
+
+
+def _node(data: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None  # type: ignore[assignment]
+    return data
+
+
+def _tag_members(model: type[BaseModel] | None, dotted: str, data: dict[str, Any]) -> list[type[BaseModel]]:
+    """The union members whose tag field is the last part of `dotted` (`load.kind`: the load kinds)."""
+    parent, _, leaf = dotted.rpartition(".")
+    if model is None or not parent:
+        return []
+    members = [m for m in _members(field_at(model, parent, data)) if isinstance(m, type)]
+    members = [m for m in members if issubclass(m, BaseModel) and _tag_name(m) == leaf]
+    return members if len(members) > 1 else []
+
+
+def _switch_member(
+    model: type[BaseModel], dotted: str, value: Any, data: dict[str, Any]
+) -> type[BaseModel] | None:
+    """Setting a union's tag (`--set load.kind=rate`) switches the section to that member: the keys
+    the new member has no field for are dropped (a concurrent load's `concurrency` means nothing to
+    a rate load), the ones it shares are kept, the rest take the new member's defaults."""
+    parent, _, leaf = dotted.rpartition(".")
+    members = _tag_members(model, dotted, data)
+    chosen = next(
+        (m for m in members if str(value) in typing.get_args(m.model_fields[leaf].annotation)), None
+    )
+    node = _node(data, parent)
+    if chosen is None or not isinstance(node, dict) or node.get(leaf) in (None, str(value)):
+        return chosen  # nothing to switch from: the section is new, untagged or already this kind
+    for key in [k for k in node if k not in chosen.model_fields]:
+        del node[key]
+    return chosen
+
+
+def _check_switch(data: dict[str, Any], parent: str, member: type[BaseModel]) -> None:
+    """A switched-to member's required fields that nothing set: one line naming them and the form."""
+    given = _node(data, parent) or {}
+    missing = [n for n, info in member.model_fields.items() if info.is_required() and n not in given]
+    if missing:
+        tag = _tag_name(member) or "kind"
+        kind = typing.get_args(member.model_fields[tag].annotation)[0]
+        sets, fields = (
+            " ".join(f"--set {parent}.{n}=..." for n in missing),
+            ", ".join(f"{n}: ..." for n in missing),
+        )
+        raise UsageError(
+            f"{parent}.{tag}={kind}: also needs {', '.join(f'{parent}.{n}' for n in missing)}: add {sets} "
+            f"(or --set '{parent}={{{tag}: {kind}, {fields}}}')"
+        )
 
 
 class Raw(str):
@@ -312,6 +408,8 @@ def format_errors(exc: ValidationError, model: type[BaseModel] | None = None) ->
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+            msg = _tag_message(err, sorted(tags.get(loc[-1], ()) if loc else ()))
         where = ".".join(loc)
         if msg.startswith(where + ":"):
             msg = msg[len(where) + 1 :].strip()
@@ -321,6 +419,17 @@ def format_errors(exc: ValidationError, model: type[BaseModel] | None = None) ->
         if line not in lines:
             lines.append(line)
     return lines
+
+
+def _tag_message(err: Any, kinds: list[str]) -> str:
+    """A discriminated union's missing or unknown tag, in the user's words (pydantic's names its
+    internals: 'Unable to extract tag using discriminator')."""
+    ctx = err.get("ctx") or {}
+    tag = str(ctx.get("discriminator", "kind")).strip("'")
+    choices = ", ".join(kinds) or str(ctx.get("expected_tags", ""))
+    if err["type"] == "union_tag_not_found":
+        return f"names no {tag}; add {tag}: one of {choices}"
+    return f"{tag} {ctx.get('tag')!r} is not one of {choices}"
 
 
 def validate(

@@ -10,6 +10,7 @@ import typer
 
 from kvbench.engines.adapters import engine_help
 from kvbench.errors import UsageError
+from kvbench.run import flags as gf
 
 RUN_HELP = """Run a scenario (a name from scenarios/ or a path) and write a run directory.
 
@@ -47,10 +48,12 @@ def _parse_lengths(text: str) -> list[int]:
     return lengths
 
 
-def build_overrides(**flags: Any) -> dict[str, Any]:
+def build_overrides(general: Any = None, scenario: str | None = None, **flags: Any) -> dict[str, Any]:
     """Map the CLI flags the user SET (not None, not False) to dotted scenario keys.
 
-    Which key a flag sets is declared on the scenario field itself (`flag(...)` metadata)."""
+    Which key a flag sets is declared on the scenario field itself (`flag(...)` metadata); the
+    general flags (`general`, a run.flags.General) go to whichever field the `scenario`'s test
+    reads them from (kvbench.run.flags), so their keys depend on the file."""
     from kvbench.configfile import flag_keys
     from kvbench.scenario import Scenario
     from kvbench.scenario.testtypes import EMPTY_CACHE
@@ -63,7 +66,19 @@ def build_overrides(**flags: Any) -> dict[str, Any]:
         if name == "empty_cache":
             value = EMPTY_CACHE
         out[key] = _parse_lengths(value) if name == "lengths" else value
-    out.update(_parse_set(flags.get("set_values") or []))
+    sets = _parse_set(flags.get("set_values") or [])
+    if general is not None and scenario is not None:
+        import dataclasses
+
+        from kvbench.run.flags import general_overrides
+        from kvbench.scenario.loading import raw_scenario
+
+        for name in ("lengths", "prompt_count"):  # the run's test decides whether they apply
+            out.pop(flag_keys(Scenario)[name], None)
+        lengths = _parse_lengths(flags["lengths"]) if flags.get("lengths") else None
+        general = dataclasses.replace(general, lengths=lengths, prompt_count=flags.get("prompt_count"))
+        out.update(general_overrides(general, raw_scenario(scenario)[0], sets))
+    out.update(sets)
     return out
 
 
@@ -97,6 +112,29 @@ DatasetFormatOpt = Annotated[
 ServeHostOpt = Annotated[
     str, typer.Option(help="With --serve-metrics: the address to listen on.", metavar="HOST")
 ]
+NoisyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--noisy",
+        help="Throughput: alternating quiet/noisy pairs, all reading the same filled cache "
+        "(the published reading); the report gives the effect with its interval.",
+    ),
+]
+EmptyCacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--empty-cache",
+        help="With --noisy: the empty-cache variant, every phase starts from an empty cache "
+        "(test.noisy.cache_start=cold).",
+    ),
+]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Where noise clients and load workers run: local, ray (RAY_ADDRESS, the cluster of "
+        "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
+    ),
+]
 
 
 def run_cmd(
@@ -111,22 +149,8 @@ def run_cmd(
     mock_profile: Annotated[
         str | None, typer.Option(help="Mock profile when no server is named (ci, ibm-g4, laptop, ...).")
     ] = None,
-    noisy: Annotated[
-        bool,
-        typer.Option(
-            "--noisy",
-            help="Throughput: alternating quiet/noisy pairs, all reading the same filled cache "
-            "(the published reading); the report gives the effect with its interval.",
-        ),
-    ] = False,
-    empty_cache: Annotated[
-        bool,
-        typer.Option(
-            "--empty-cache",
-            help="With --noisy: the empty-cache variant, every phase starts from an empty cache "
-            "(test.noisy.cache_start=cold).",
-        ),
-    ] = False,
+    noisy: NoisyOpt = False,
+    empty_cache: EmptyCacheOpt = False,
     pairs: Annotated[
         int | None, typer.Option(help="With --noisy: quiet/noisy pairs (default 6; 2 with --empty-cache).")
     ] = None,
@@ -135,10 +159,16 @@ def run_cmd(
     ] = False,
     lengths: Annotated[str | None, typer.Option(help="Prompt lengths, e.g. 1000,4000,8k.")] = None,
     prompt_count: Annotated[int | None, typer.Option("--prompts", help="Distinct prompts.")] = None,
-    requests: Annotated[int | None, typer.Option(help="Requests per throughput phase.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Concurrent connections.")] = None,
+    requests: gf.RequestsOpt = None,
+    concurrency: gf.ConcurrencyOpt = None,
+    rate: gf.RateOpt = None,
+    random_input_len: gf.InputLenOpt = None,
+    num_prompts: gf.NumPromptsOpt = None,
+    max_concurrency: gf.MaxConcurrencyOpt = None,
+    request_rate: gf.RequestRateOpt = None,
+    random_output_len: gf.RandomOutputLenOpt = None,
     repetitions: Annotated[int | None, typer.Option(help="Repeat the measurement N times.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.")] = None,
+    max_tokens: gf.OutputLenOpt = None,
     retries: Annotated[int | None, typer.Option(help="Retries per failed request (default 0).")] = None,
     max_error_rate: Annotated[
         float | None, typer.Option(help="Failed fraction still counted a pass (default 0).")
@@ -161,7 +191,17 @@ def run_cmd(
 ) -> None:
     from kvbench.scenario import parse_cluster_flag
 
+    spelled: dict[str, str] = {}
+    general = gf.General(
+        gf.merge_alias("--concurrency", concurrency, "--max-concurrency", max_concurrency, spelled),
+        gf.merge_alias("--requests", requests, "--num-prompts", num_prompts, spelled),
+        gf.merge_alias("--rate", rate, "--request-rate", request_rate, spelled),
+        random_input_len,
+        gf.merge_alias("--max-tokens", max_tokens, "--random-output-len", random_output_len, spelled),
+        spelled=spelled,
+    )
     overrides = build_overrides(
+        general=general,
         base_url=base_url,
         model=model,
         api=api,
@@ -173,10 +213,7 @@ def run_cmd(
         baseline=baseline,
         lengths=lengths,
         prompt_count=prompt_count,
-        requests=requests,
-        concurrency=concurrency,
         repetitions=repetitions,
-        max_tokens=max_tokens,
         retries=retries,
         max_error_rate=max_error_rate,
         trace=trace,
@@ -184,6 +221,7 @@ def run_cmd(
         dataset_format=dataset_format,
         set_values=set_values,
         api_key_env=api_key_env,
+        scenario=scenario,
     )
     if cluster is not None:
         overrides.update(parse_cluster_flag(cluster))
@@ -241,7 +279,7 @@ def export_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run", help=RUN_HELP)(run_cmd)
+    app.command("run", help=RUN_HELP + "\n" + gf.mapping_help())(run_cmd)
     app.command("validate")(validate_cmd)
     app.command("export")(export_cmd)
 

@@ -56,21 +56,34 @@ def validate_scenario(data: dict[str, Any], source: str | None = None) -> Scenar
     return scn
 
 
-def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) -> tuple[Scenario, Path]:
+def scenario_source(name_or_path: str, path: Path) -> str:
+    """How messages name the scenario: the path as the user wrote it, or `scenario NAME` for a
+    shipped one (never the installed copy's machine path)."""
+    return name_or_path if str(path) == name_or_path or "/" in name_or_path else f"scenario {name_or_path}"
+
+
+def raw_scenario(name_or_path: str) -> tuple[dict[str, Any], Path, str]:
+    """The scenario's YAML as a dict (`test: NAME` expanded), its file and how messages name it."""
     path = resolve_scenario_path(name_or_path)
+    source = scenario_source(name_or_path, path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ScenarioError([f"cannot read: {exc.strerror}"], str(path)) from None
-    data = parse_yaml_text(raw, str(path))
+        raise ScenarioError([f"cannot read: {exc.strerror}"], source) from None
+    data = parse_yaml_text(raw, source)
     if isinstance(data.get("test"), str):  # the shorthand, expanded so that test.* overrides land in it
         data["test"] = {"kind": data["test"]}
+    return data, path, source
+
+
+def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) -> tuple[Scenario, Path]:
+    data, path, source = raw_scenario(name_or_path)
     if overrides:
         moved = moved_fields(data)
         if moved:
-            raise ScenarioError(moved, str(path))
+            raise ScenarioError(moved, source)
         data = apply_overrides(data, {translate_key(k): v for k, v in overrides.items()}, Scenario)
-    return validate_scenario(data, str(path)), path
+    return validate_scenario(data, source), path
 
 
 def scenario_to_yaml(scenario: Scenario, redact: bool = False) -> str:

@@ -24,8 +24,11 @@ SWEEP_HELP = """Run a scenario at each value of one or two fields, or search a l
         --set load.concurrency=4 --over working_set=8k,16k,32k,64k,128k      tier-cliff map
 
 Each point is a full run (its own verified cold start) in SWEEP_DIR/points/<i>-<field=value>/;
-SWEEP_DIR holds sweep.json, summary.csv/.parquet/.md and plots. A one-field load grid stops once
-throughput no longer grows while latency does (--no-stop-at-saturation runs every point).
+SWEEP_DIR holds sweep.json, summary.csv, summary.md and plots (summary.parquet too with
+pip install 'kvbench[parquet]'). A one-field load grid stops once throughput no longer grows while
+latency does (--no-stop-at-saturation runs every point). On the embedded mock, a point whose TTFT
+is partly the mock's own lateness (above 10% of the modelled TTFT) is marked LATE in the table and
+ringed in the plots, with the pace (time_scale) that would avoid it.
 """
 
 

@@ -251,6 +251,8 @@ def progress_line(k: int, name: str, m: dict[str, Any], slo: bool) -> str:
             f", attainment {m['attainment']:.0%} [{lo:.0%}, {hi:.0%}], "
             f"goodput {'-' if gp is None else f'{gp:.3g}'} req/s"
         )
+    if m.get("mock_late"):
+        line += f", LATE: mock lateness {m['mock_late_share']:.0%} of the modelled TTFT"
     for key, what in (("overhead_ttft_p50", "TTFT p50"), ("overhead_modelled_ttft_p50", "modelled TTFT p50")):
         if m.get(key) is not None:
             ci = m.get(f"{key}_ci")

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kvbench.report.sweep.tables import summary_rows
+from kvbench.report.sweep.tables import late_points, summary_rows
 from kvbench.sweep.state import SweepState
 
 
@@ -62,10 +62,29 @@ def draw_latency(ax: Any, groups: dict[str, list[dict[str, Any]]], x_field: str)
                 textcoords="offset points",
                 xytext=(3, 3),
             )
+    late = mark_late(ax, [r for rows in groups.values() for r in rows], "throughput_rps", "ttft_p50_ms")
     ax.set_xlabel("throughput (successful requests/s)")
     ax.set_ylabel("TTFT (ms)")
-    ax.set_title(f"Latency vs throughput (points labelled by {x_field})")
+    ax.set_title(f"Latency vs throughput (points labelled by {x_field})" + late)
     ax.legend(fontsize=8)
+
+
+def mark_late(ax: Any, rows: list[dict[str, Any]], x: str, y: str) -> str:
+    """A red ring on every point whose TTFT is partly the embedded mock's own lateness (the table's
+    LATE); the title's addition saying so ('' when no point is)."""
+    late = [r for r in late_points(rows) if r.get(x) is not None and r.get(y) is not None]
+    if not late:
+        return ""
+    ax.plot(
+        [r[x] for r in late],
+        [r[y] for r in late],
+        "o",
+        markersize=14,
+        markerfacecolor="none",
+        markeredgecolor="tab:red",
+        label="mock late: TTFT partly this machine",
+    )
+    return f"\n{len(late)} point(s) ringed red: TTFT partly the mock's own lateness, not the model"
 
 
 def draw_goodput(
@@ -180,9 +199,11 @@ def draw_cliff(ax: Any, rows: list[dict[str, Any]], cliff: dict[str, Any], what:
     )
     ax.set_ylabel(f"{what} TTFT (ms): p50 dots, p99 dotted")
     source = str(cliff.get("source") or "")
+    late = mark_late(ax, pts, "working_set_tokens", "ttft_p50_ms")
     ax.set_title(
         "Tier-cliff map: serving tier per point, predicted boundaries (dashed)\n"
-        + (source if len(source) < 110 else source[:107] + "..."),
+        + (source if len(source) < 110 else source[:107] + "...")
+        + late,
         fontsize=8,
     )
     ax.legend(fontsize=7, loc="center left")

@@ -87,5 +87,22 @@ def point_figures(
         hit_ratio=hit_ratio(rows),
         prompt_tokens_mean=sum(lengths) / len(lengths) if lengths else None,
         modelled_ttft_p50_ms=percentile(modelled_ttft(run_dir, rows, params), 50),
+        **mock_lateness(manifest, phases),
     )
     return figures
+
+
+def mock_lateness(manifest: Any, phases: set[Any]) -> dict[str, Any]:
+    """The embedded mock's own lateness over the point's measured phases (the run's manifest has it
+    per phase): the worst share of the modelled TTFT, whether it passed the manifest's threshold,
+    and the pace the mock ran at. Empty for a real server (no such record)."""
+    record = getattr(manifest, "mock_lateness", None)
+    mine = [p for p in (record.phases if record else []) if p.phase in phases]
+    if record is None or not mine:
+        return {}
+    return {
+        "mock_late_share": max(p.share for p in mine),
+        "mock_late": any(p.phase in record.exceeded_phases for p in mine),
+        "mock_late_threshold": record.threshold_share,
+        "mock_time_scale": getattr(manifest.target, "mock_time_scale", None),
+    }

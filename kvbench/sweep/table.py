@@ -1,4 +1,4 @@
-"""The sweep's summary table beside sweep.json: CSV, Parquet when pyarrow is there, Markdown.
+"""The sweep's summary table beside sweep.json: CSV and Markdown always, Parquet with the parquet extra.
 Rows come from kvbench.report.sweep.tables, so `kvbench report SWEEP_DIR` shows the same table."""
 
 from __future__ import annotations

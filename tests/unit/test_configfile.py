@@ -83,7 +83,7 @@ def test_field_at_follows_the_discriminator() -> None:
 def test_read_value_reports_the_field() -> None:
     with pytest.raises(
         UsageError,
-        match=r"^load\.concurrency: Input should be a valid integer.*\(--set load\.concurrency=x\)$",
+        match=r"^load\.concurrency: must be a valid integer.*\(--set load\.concurrency=x\)$",
     ):
         read_value(
             field_at(Scenario, "load.concurrency", {"load": {"kind": "concurrent"}}), "x", "load.concurrency"

@@ -46,7 +46,7 @@ def base(**kw):
             base(test="throughput", load={"kind": "concurrent", "concurrency": 0, "requests": 5}),
             "load.concurrency: Input should be greater than 0",
         ),
-        (base(load={"kind": "warp"}), "load: Input tag 'warp' found using 'kind' does not match"),
+        (base(load={"kind": "warp"}), "load: kind 'warp' is not one of concurrent, rate, sequential"),
         (base(target={"base_url": "localhost:8000"}), "target.base_url: must start with http"),
         (base(target={"api_key_env": "sk-abc123"}), "target.api_key_env: String should match pattern"),
         (base(target={"max_model_len": 120}, output={"max_tokens": 32}), "exceeds target.max_model_len"),

@@ -26,7 +26,7 @@ BAD = [
     (["--over", "load.bogus=1,2"], "load.bogus: no such scenario field"),
     (
         ["--over", "load.concurrency=1,two"],
-        "--over load.concurrency=two: load.concurrency: Input should be a valid integer",
+        "--over load.concurrency=two: load.concurrency: must be a valid integer",
     ),
     (["--over", "load.concurrency="], "an empty list of values"),
     (["--over", "load.concurrency"], "expected FIELD=V1,V2"),

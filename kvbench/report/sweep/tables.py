@@ -1,7 +1,8 @@
 """A sweep directory's summary, from its files only (sweep.json, the PNGs beside it).
 
 `kvbench report SWEEP_DIR` lands here when the directory holds sweep.json. The same table rows
-(`summary_rows`) are what `kvbench sweep` writes as summary.csv / .parquet / .md, so the table
+(`summary_rows`) are what `kvbench sweep` writes as summary.csv / .md (and .parquet with the
+`parquet` extra), so the table
 and the report never disagree. This module reads sweep.json as plain JSON: the report layer
 never imports the sweep package.
 """
@@ -66,6 +67,10 @@ def summary_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
             goodput_lo=gp[0],
             goodput_hi=gp[1],
             modelled_ttft_p50_ms=m.get("modelled_ttft_p50_ms"),
+            mock_late_share=m.get("mock_late_share"),
+            mock_late=m.get("mock_late"),
+            mock_late_threshold=m.get("mock_late_threshold"),
+            mock_time_scale=m.get("mock_time_scale"),
             run_dir=p.get("run_dir"),
         )
         for key in ("overhead_ttft_p50", "overhead_modelled_ttft_p50"):
@@ -105,11 +110,17 @@ def sweep_markdown(state: dict[str, Any]) -> str:
     out.append("")
     cliff = ("working_set_tokens", "serving_tier", "predicted_tier") if state.get("cliff") else ()
     shown = ("arm", *SHOWN) if plan.get("baseline") else SHOWN
-    cols = ["point", *fields, *shown, *cliff, *(SLO_SHOWN if slo else ())]
+    rows = summary_rows(state)
+    late = LATE_SHOWN if any(r.get("mock_late_share") is not None for r in rows) else ()
+    cols = ["point", *fields, *shown, *late, *cliff, *(SLO_SHOWN if slo else ())]
+    out.extend(lateness_lines(rows))
     out.append("| " + " | ".join(cols) + " |")
     out.append("|" + "---|" * len(cols))
-    for row in summary_rows(state):
+    for row in rows:
         cells = [_cell(row.get(c)) for c in cols]
+        if late and row.get("mock_late_share") is not None:
+            flag = " LATE" if row.get("mock_late") else ""
+            cells[cols.index("mock_late_share")] = f"{row['mock_late_share']:.0%}{flag}"
         if slo and row.get("attainment") is not None:
             cells[cols.index("attainment")] += f" [{row['attainment_lo']:.2f}, {row['attainment_hi']:.2f}]"
         if slo and row.get("goodput_rps") is not None and row.get("goodput_lo") is not None:
@@ -132,6 +143,55 @@ def sweep_markdown(state: dict[str, Any]) -> str:
     out.extend(arms_markdown(state, fields))
     out.append("")
     return "\n".join(out)
+
+
+LATE_SHOWN = ("mock_late_share",)
+
+
+def late_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measured points whose TTFT the embedded mock's own lateness made partly this machine's."""
+    return [r for r in rows if r.get("mock_late") and r.get("requests")]
+
+
+def suggested_pace(rows: list[dict[str, Any]]) -> float | None:
+    """A mock time_scale at which the worst flagged point's lateness would be about half its
+    threshold: lateness is this machine's milliseconds, the same at any pace, while the modelled
+    TTFT grows with time_scale; rounded up to 1, 2 or 5 times a power of ten."""
+    import math
+
+    need = [
+        r["mock_time_scale"] * r["mock_late_share"] / r["mock_late_threshold"] * 2
+        for r in late_points(rows)
+        if r.get("mock_time_scale") and r.get("mock_late_threshold")
+    ]
+    if not need:
+        return None
+    top = max(need)
+    power = 10.0 ** math.floor(math.log10(top))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= top * (1 - 1e-9))
+
+
+def lateness_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The sweep-wide warning above the table when any point's TTFT is partly the mock's lateness."""
+    late = late_points(rows)
+    if not late:
+        return []
+    threshold = late[0].get("mock_late_threshold") or 0.1
+    scale = next((r["mock_time_scale"] for r in late if r.get("mock_time_scale")), None)
+    pace = suggested_pace(rows)
+    measured = [r for r in rows if r.get("requests")]
+    line = (
+        f"**Mock lateness: {len(late)} of {len(measured)} points marked LATE**: the embedded mock's own "
+        f"lateness passed {threshold:.0%} of the modelled TTFT there, so their TTFT is partly the machine "
+        "running the mock, not the model, and differences between them are not the model's "
+        "(mock_late_share: its lateness over the modelled TTFT, the worst measured phase)."
+    )
+    if pace is not None and scale is not None:
+        line += (
+            f" The mock ran at time_scale {scale:g}; about {pace:g} would keep every point under the "
+            f"limit: `--set 'target.mock_overrides={{time_scale: {pace:g}}}'`."
+        )
+    return [line, ""]
 
 
 def cliff_markdown(cliff: dict[str, Any] | None) -> list[str]:
@@ -201,7 +261,8 @@ def arms_markdown(state: dict[str, Any], fields: list[str]) -> list[str]:
 
 
 def write_table_files(path: Path, state: dict[str, Any]) -> list[Path]:
-    """summary.csv, and summary.parquet when pyarrow is there, from sweep.json's points."""
+    """summary.csv always; summary.parquet only where pyarrow is installed (the `parquet` extra: a
+    plain `make setup` venv has none), from sweep.json's points."""
     import importlib.util
 
     import pandas as pd
@@ -221,7 +282,14 @@ def write_sweep_report(path: Path, quiet: bool = False, redraw: bool = False) ->
     """summary.csv/.parquet and summary.md (with links to the plots present) from sweep.json,
     and with `redraw` the plots again; prints the Markdown unless quiet."""
     state = read_sweep(path)
-    write_table_files(path, state)
+    written = write_table_files(path, state)
+    names = ", ".join(p.name for p in [*written, path / SUMMARY_MD])
+    missing = (
+        ""
+        if any(p.suffix == ".parquet" for p in written)
+        else " (summary.parquet: pip install 'kvbench[parquet]')"
+    )
+    print(f"tables: {names}{missing}", file=sys.stderr)
     for draw in PLOT_WRITERS if redraw else []:
         try:
             draw(path, state)
