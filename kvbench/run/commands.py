@@ -128,13 +128,6 @@ EmptyCacheOpt = Annotated[
         "(test.noisy.cache_start=cold).",
     ),
 ]
-ClusterOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Where noise clients and load workers run: local, ray (RAY_ADDRESS, the cluster of "
-        "this node, else a local Ray) or ray://HOST:PORT. Needs `pip install 'kvbench[ray]'`."
-    ),
-]
 
 
 def run_cmd(

@@ -91,9 +91,13 @@ def mapping_help() -> str:
             continue
         lines.append(f"  {flag} {'R' if flag == '--rate' else 'N'}")
         for test, where in per_test.items():
-            lines.append(f"    {test + ':':12}{re.sub(r' [(][^)]*[)]', '', where)}")
+            text = re.sub(r" [(][^)]*[)]", "", where).replace(
+                "; with --rate: ", "; with --rate:\n" + " " * 16
+            )
+            lines.append(f"    {test + ':':12}{text}")
     lines.append("  --max-concurrency, --num-prompts, --request-rate, --random-output-len:")
-    lines.append("    the same as --concurrency, --requests, --rate, --max-tokens (vLLM bench's spellings)")
+    lines.append("    the same as --concurrency, --requests, --rate, --max-tokens")
+    lines.append("    (vLLM bench's spellings)")
     return "\n".join(lines) + "\n"
 
 
