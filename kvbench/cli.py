@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from kvbench import __version__
-from kvbench.errors import KvbenchError
+from kvbench.errors import KvbenchError, describe_os_error
 
 app = typer.Typer(
     name="kvbench",
@@ -68,8 +68,16 @@ def _register_subcommands() -> None:
         __import__(module_name, fromlist=["register"]).register(app)
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+    # Python's format prints the warning's source line; a user needs only what was found
+    print(f"kvbench: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main() -> None:
+    import warnings
+
     _register_subcommands()
+    warnings.showwarning = _one_line_warning
     try:
         rc = app(standalone_mode=False)
         if isinstance(rc, int) and rc:
@@ -80,6 +88,12 @@ def main() -> None:
         for line in exc.lines():
             print(f"kvbench: {line}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # a file a command reads or writes: read-only, full, missing, a directory where a file goes
+        if _state["verbose"]:
+            raise
+        print(f"kvbench: {describe_os_error(exc)}", file=sys.stderr)
+        sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

@@ -40,18 +40,16 @@ def fit_cmd(
         str | None, typer.Option(help="KV geometry preset (bytes per token); default: the base's.")
     ] = None,
 ) -> None:
-    from kvbench.errors import UsageError
     from kvbench.twin.build import build_twin
     from kvbench.twin.sources import read_runs
 
     twin = build_twin(read_runs(list(run_dirs)), base, model, None)
     twin.profile["name"] = output.stem
-    try:
-        from kvbench.results.files import write_text_atomic
+    from kvbench.errors import file_errors
+    from kvbench.results.files import write_text_atomic
 
+    with file_errors():
         write_text_atomic(output, render_yaml(twin.profile))
-    except OSError as exc:
-        raise UsageError(f"-o {output}: cannot write ({exc.strerror or type(exc).__name__})") from None
     for line in summary_lines(twin, output, base):
         print(line)
 
