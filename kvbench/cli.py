@@ -7,7 +7,7 @@ Heavy imports (pandas, matplotlib, the runner) happen inside commands so that
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
@@ -68,7 +68,14 @@ def _register_subcommands() -> None:
         __import__(module_name, fromlist=["register"]).register(app)
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     # Python's format prints the warning's source line; a user needs only what was found
     print(f"kvbench: warning: {message}", file=sys.stderr if file is None else file)
 

@@ -97,7 +97,6 @@ def describe_os_error(exc: OSError, what: str | None = None) -> str:
     return f"{name}: {why}"
 
 
-
 @contextlib.contextmanager
 def file_errors() -> Iterator[None]:
     """An offline command's file errors are bad input (exit 2), not a failed run: `path: why`.

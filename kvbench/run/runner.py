@@ -32,6 +32,7 @@ from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
 from kvbench.load.ray_backend import NOT_SENT
+from kvbench.redact import remember, secrets_of_headers, secrets_of_url
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso, write_json_atomic
 from kvbench.results.files import WriteFailed, write_text_atomic
 from kvbench.results.schema import (
@@ -155,6 +156,7 @@ async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> Ru
     check_output_dir(opts.output_dir)
     ensure_open_files(max(scn.load.max_in_flight, scn.test.max_in_flight or 0))
     headers = request_headers(scn, opts.api_key_env)
+    remember_secrets(scn, headers)
     origin_ns = time.perf_counter_ns()
     async with contextlib.AsyncExitStack() as stack:
         cluster = connect_cluster(scn)  # Ray first: a missing Ray or cluster is exit 2 before anything runs
@@ -393,6 +395,13 @@ def outcome(run: Run) -> RunOutcome:
             "before sending them): the run fails whatever max_error_rate says"
         )
     return done
+
+
+def remember_secrets(scn: Scenario, headers: dict[str, str]) -> None:
+    """Every credential the run was given (API key, header values, URL userinfo of the target and of
+    each exporter) is masked in all the run writes and prints, wherever it turns up (kvbench.redact)."""
+    urls = [scn.target.base_url, *(e.url for e in scn.telemetry.exporters)]
+    remember(*secrets_of_headers(headers), *(s for u in urls for s in secrets_of_url(u)))
 
 
 def check_output_dir(path: Path) -> None:

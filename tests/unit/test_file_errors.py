@@ -49,7 +49,14 @@ def commands(target: Path, as_file: bool) -> list[list[str]]:
     out_file = target if as_file else target / "out"
     return [
         ["trace", "analyze", str(TRACE), "--out", str(target / "ana" if not as_file else target)],
-        ["trace", "synth", "-o", str(out_file.with_suffix(".jsonl") if not as_file else target), "--rows", "5"],
+        [
+            "trace",
+            "synth",
+            "-o",
+            str(out_file.with_suffix(".jsonl") if not as_file else target),
+            "--rows",
+            "5",
+        ],
         ["fit", str(RUN), "-o", str(out_file.with_suffix(".yaml") if not as_file else target)],
         ["compare", str(RUN), str(RUN), "-o", str(target / "cmp" if not as_file else target), "-q"],
     ]
@@ -83,7 +90,9 @@ def test_directory_where_a_file_goes(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert "not a directory" in err or "directory is expected" in err
 
 
-def test_report_into_a_run_whose_files_are_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_into_a_run_whose_files_are_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
     for name in ("summary.json", "report.md"):
@@ -121,5 +130,7 @@ def test_a_warning_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, err = run_cli(["fit", str(run), "-o", str(tmp_path / "t.yaml")], capsys)
     assert code == 0, err
     warned = [ln for ln in err.splitlines() if "torn" in ln]
-    assert warned == ["kvbench: warning: requests.jsonl: skipped a torn last line (the run was killed mid-write)"]
+    assert warned == [
+        "kvbench: warning: requests.jsonl: skipped a torn last line (the run was killed mid-write)"
+    ]
     assert "UserWarning" not in err and "warnings.warn" not in err
