@@ -48,7 +48,7 @@ from kvbench.results.schema import (
 )
 from kvbench.run.context import Run, RunOptions
 from kvbench.run.mock_lateness_record import record_mock_lateness
-from kvbench.run.preflight.limits import check_cluster_room, ensure_open_files
+from kvbench.run.preflight.limits import check_cluster_room, ensure_open_files, fd_budget
 from kvbench.run.preflight.names import check_names
 from kvbench.run.preflight.target import TargetInfo, embedded_mock, identify, preflight, request_headers
 from kvbench.run.prompt_set import make_prompt_set
@@ -154,7 +154,7 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
 async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> RunOutcome:
     check_names(scn)
     check_output_dir(opts.output_dir)
-    ensure_open_files(max(scn.load.max_in_flight, scn.test.max_in_flight or 0))
+    ensure_open_files(fd_budget(scn))
     headers = request_headers(scn, opts.api_key_env)
     remember_secrets(scn, headers)
     origin_ns = time.perf_counter_ns()

@@ -164,6 +164,10 @@ async def preflight(http: ControlClient, scn: Scenario) -> tuple[str, str | None
         if vs == 200 and isinstance(vb, dict):
             version = str(vb.get("version") or vb)
     assert model is not None
+    # before the body probe builds a prompt as long as the run's longest (a 10M-token one is GBs)
+    problem = scn.context_problem(scn.target.max_model_len or max_len, "the model's context")
+    if problem:
+        raise UsageError(problem)
     await probe_timed(http, scn, model)
     return model, version, max_len
 
