@@ -128,7 +128,15 @@ async def _serve(conn: Any, name: str) -> None:
             closing = True
             reader.feed_eof()
 
+    async def beat() -> None:  # liveness: the driver loses a worker silent for its silence bound
+        from kvbench.load.local_workers import HEARTBEAT_S
+
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            send(("beat",))
+
     worker.notify = notify
+    heart = loop.create_task(beat())
     try:
         while not closing:
             try:
@@ -139,6 +147,7 @@ async def _serve(conn: Any, name: str) -> None:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
     finally:
+        heart.cancel()
         with contextlib.suppress(Exception):
             await worker.close()
         with contextlib.suppress(Exception):

@@ -249,7 +249,9 @@ def _load_backend(scn: Scenario, default: str) -> LoadBackend:
         return load_backend(default)
     if scn.cluster.backend == "ray":
         return load_backend("ray", workers=load.workers)
-    return load_backend("processes", workers=load.workers, pin=load.pin)
+    # a worker silent for longer than a connect may take is stopped or frozen (load.local_workers)
+    silence_s = scn.target.timeouts.connect_s
+    return load_backend("processes", workers=load.workers, pin=load.pin, silence_s=silence_s)
 
 
 def with_max_tokens(cfg: ClientConfig, max_tokens: int) -> ClientConfig:

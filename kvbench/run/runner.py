@@ -31,7 +31,7 @@ from kvbench.client.control import ControlClient
 from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
-from kvbench.load.ray_backend import NOT_SENT
+from kvbench.load.ray_backend import NOT_SENT, WORKER_LOST
 from kvbench.redact import remember, secrets_of_headers, secrets_of_url
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso, write_json_atomic
 from kvbench.results.files import WriteFailed, write_text_atomic
@@ -308,7 +308,10 @@ async def run_plan(run: Run) -> None:
         run.rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
         freeze_heap()  # no full GC pass over the start-up heap in the middle of a phase
         await _unwrap_groups(type_of_test(scn).plan(run, prompts))
-        status = "complete"
+        lost = lost_worker_cause(run)
+        status = "failed" if lost else "complete"
+        if lost:
+            run.rd.update(error=lost)
     except asyncio.CancelledError:
         status = "interrupted"
         raise
@@ -388,6 +391,8 @@ def outcome(run: Run) -> RunOutcome:
     done = RunOutcome(run.rd.path, "complete", exit_code, dict(run.error_counts), len(measured), lines)
     # a phase that sent fewer requests than it was asked measured another load: no error rate excuses it
     asked = Counter(r.phase for r in measured)
+    if any(r.error_type == WORKER_LOST for r in measured) and not done.exit_code:
+        done.exit_code, done.failure = 1, "a load worker was lost mid-phase"
     for phase, n in Counter(r.phase for r in measured if r.error_type == NOT_SENT).items():
         done.exit_code, done.failure = 1, "a phase sent fewer requests than it was asked"
         lines.append(
@@ -395,6 +400,16 @@ def outcome(run: Run) -> RunOutcome:
             "before sending them): the run fails whatever max_error_rate says"
         )
     return done
+
+
+def lost_worker_cause(run: Run) -> str | None:
+    """A load worker lost mid-phase (died, or silent past its bound): the run measured another load,
+    so it failed; the cause is the lost worker's own line, from its first accounted row."""
+    for r in run.records:
+        if r.error_type in (WORKER_LOST, NOT_SENT) and r.error_message:
+            n = sum(1 for x in run.records if x.error_type in (WORKER_LOST, NOT_SENT))
+            return f"{n} requests of a lost load worker: {r.error_message}"
+    return None
 
 
 def remember_secrets(scn: Scenario, headers: dict[str, str]) -> None:
