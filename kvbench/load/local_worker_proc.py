@@ -29,6 +29,8 @@ from typing import Any
 
 from kvbench.load.ray_worker import LoadWorker
 
+HEARTBEAT_S = 0.5  # ("beat",) this often from the worker's own loop: its liveness (load.local_workers)
+
 
 class LocalLoadWorker(LoadWorker):
     """LoadWorker on this machine: no Ray node to name; the share staged before the common start."""
@@ -129,8 +131,6 @@ async def _serve(conn: Any, name: str) -> None:
             reader.feed_eof()
 
     async def beat() -> None:  # liveness: the driver loses a worker silent for its silence bound
-        from kvbench.load.local_workers import HEARTBEAT_S
-
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             send(("beat",))

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench.errors import UsageError
+from kvbench.load.local_worker_proc import HEARTBEAT_S
 from kvbench.load.worker_phase import RemotePhase, WorkerBook, open_phase, pack_share
 
 START_LEAD_NS = 20_000_000  # the common start, this far after the shares are staged (one small call each)
 CALL_TIMEOUT_S = 60.0  # a call a live worker did not answer (staging a large share included)
 START_TIMEOUT_S = 60.0  # a spawned process importing kvbench and building its client
-HEARTBEAT_S = 0.5  # kvbench.load.local_worker_proc sends ("beat",) this often
 SILENCE_MIN_S = 10.0  # 20 beats: a loop held that long by a GC pass or a large share is not frozen
 
 

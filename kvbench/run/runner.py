@@ -32,7 +32,6 @@ from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
 from kvbench.load.ray_backend import NOT_SENT, WORKER_LOST
-from kvbench.redact import remember, secrets_of_headers, secrets_of_url
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso, write_json_atomic
 from kvbench.results.files import WriteFailed, write_text_atomic
 from kvbench.results.schema import (
@@ -46,11 +45,18 @@ from kvbench.results.schema import (
     OptionsInfo,
     TargetRecord,
 )
-from kvbench.run.context import Run, RunOptions
+from kvbench.run.context import Run, RunOptions, lost_worker_cause
 from kvbench.run.mock_lateness_record import record_mock_lateness
 from kvbench.run.preflight.limits import check_cluster_room, ensure_open_files, fd_budget
 from kvbench.run.preflight.names import check_names
-from kvbench.run.preflight.target import TargetInfo, embedded_mock, identify, preflight, request_headers
+from kvbench.run.preflight.target import (
+    TargetInfo,
+    embedded_mock,
+    identify,
+    preflight,
+    remember_secrets,
+    request_headers,
+)
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
 from kvbench.run.remote import connect_cluster
@@ -400,23 +406,6 @@ def outcome(run: Run) -> RunOutcome:
             "before sending them): the run fails whatever max_error_rate says"
         )
     return done
-
-
-def lost_worker_cause(run: Run) -> str | None:
-    """A load worker lost mid-phase (died, or silent past its bound): the run measured another load,
-    so it failed; the cause is the lost worker's own line, from its first accounted row."""
-    for r in run.records:
-        if r.error_type in (WORKER_LOST, NOT_SENT) and r.error_message:
-            n = sum(1 for x in run.records if x.error_type in (WORKER_LOST, NOT_SENT))
-            return f"{n} requests of a lost load worker: {r.error_message}"
-    return None
-
-
-def remember_secrets(scn: Scenario, headers: dict[str, str]) -> None:
-    """Every credential the run was given (API key, header values, URL userinfo of the target and of
-    each exporter) is masked in all the run writes and prints, wherever it turns up (kvbench.redact)."""
-    urls = [scn.target.base_url, *(e.url for e in scn.telemetry.exporters)]
-    remember(*secrets_of_headers(headers), *(s for u in urls for s in secrets_of_url(u)))
 
 
 def check_output_dir(path: Path) -> None:
