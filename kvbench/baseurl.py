@@ -4,19 +4,20 @@ A base URL may carry credentials (`http://user:pw@host:port`, the usual way to r
 behind a proxy's basic auth). They are not part of the address: `Host` is `hostname[:port]`
 (brackets for IPv6) and the credentials become an `Authorization: Basic` header on every
 request, timed and untimed alike, so both paths see the server the same way. Wherever a URL is
-stored or printed, its credentials are replaced by `<redacted>`; `Redactor` does the same for
-secrets a server echoes back in an error body.
+stored or printed, its credentials are replaced by `<redacted>` (kvbench.redact, the one place every
+record goes through; `Redactor` does the same for secrets a server echoes back in an error body).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-REDACTED = "<redacted>"
-_MIN_SECRET = 4  # shorter header values ("1", "on") would blank out ordinary words
+# redaction lives in kvbench.redact, the one place; these names stay importable from here
+from kvbench.redact import REDACTED, Redactor, redact_url
+
+__all__ = ["REDACTED", "BaseURL", "Redactor", "auth_headers", "redact_url"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,23 +80,6 @@ class BaseURL:
         return out
 
 
-def redact_url(url: str | None) -> str | None:
-    """`url` with any userinfo replaced by `<redacted>`; anything unparsable is kept but its userinfo."""
-    if not url:
-        return url
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority_end = min(
-        (i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest)
-    )
-    authority = rest[:authority_end]
-    if "@" not in authority:
-        return url
-    host = authority.rpartition("@")[2]
-    return f"{scheme}://{REDACTED}@{host}{rest[authority_end:]}"
-
-
 def auth_headers(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
     """(URL without credentials, headers with `Authorization: Basic` for them unless one is set)."""
     parsed = BaseURL.parse(url)
@@ -104,28 +88,3 @@ def auth_headers(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]
     if any(k.lower() == "authorization" for k in headers):
         return parsed.clean, headers
     return parsed.clean, {**headers, "Authorization": parsed.basic_auth() or ""}
-
-
-class Redactor:
-    """Replaces configured secrets (API key, header values, URL credentials) in text before it is shown."""
-
-    __slots__ = ("secrets",)
-
-    def __init__(self, headers: dict[str, str] | None = None, url: str | None = None) -> None:
-        found: set[str] = set()
-        for value in (headers or {}).values():
-            found.add(value)
-            scheme, _, token = value.partition(" ")
-            if token and scheme.lower() in ("bearer", "basic", "token"):
-                found.add(token)
-        if url:
-            with contextlib.suppress(ValueError):
-                found.update(BaseURL.parse(url).secrets())
-        # longest first: a key must go before a shorter secret that is part of it
-        self.secrets = tuple(sorted((s for s in found if len(s) >= _MIN_SECRET), key=len, reverse=True))
-
-    def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text

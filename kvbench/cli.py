@@ -7,12 +7,12 @@ Heavy imports (pandas, matplotlib, the runner) happen inside commands so that
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
 from kvbench import __version__
-from kvbench.errors import KvbenchError
+from kvbench.errors import KvbenchError, describe_os_error
 
 app = typer.Typer(
     name="kvbench",
@@ -72,8 +72,23 @@ def _register_subcommands() -> None:
         __import__(module_name, fromlist=["register"]).register(app)
 
 
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    # Python's format prints the warning's source line; a user needs only what was found
+    print(f"kvbench: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main() -> None:
+    import warnings
+
     _register_subcommands()
+    warnings.showwarning = _one_line_warning
     try:
         rc = app(standalone_mode=False)
         if isinstance(rc, int) and rc:
@@ -84,6 +99,12 @@ def main() -> None:
         for line in exc.lines():
             print(f"kvbench: {line}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # a file a command reads or writes: read-only, full, missing, a directory where a file goes
+        if _state["verbose"]:
+            raise
+        print(f"kvbench: {describe_os_error(exc)}", file=sys.stderr)
+        sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

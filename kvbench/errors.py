@@ -8,12 +8,20 @@ KvbenchError            exit 1, one line, no traceback unless --verbose
 └── TargetUnreachable   exit 3, the server refused before the first phase
     └── PromptTooLarge  exit 3, HTTP 413: a body limit on the way refuses prompts this long
 
+An OSError that reaches the CLI (a file a command reads or writes: read-only, full, missing, a
+directory where a file goes) is one `path: why` line from `describe_os_error`, exit 2.
+
 Areas add subclasses that carry their own fields, beside the code that raises them:
 engines.install (EngineInstallError, InstallImpossible), engines.serve (EngineStartError),
 engines.adapters.base (TierUnsupported, TierOperationFailed), lab.system (LabError, LabUnavailable).
 """
 
 from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
 
 
 class KvbenchError(Exception):
@@ -63,3 +71,44 @@ class PromptTooLarge(TargetUnreachable):
     and another deployment of the same server would take it; what must change is the body limit
     on the way (or the prompt lengths).
     """
+
+
+_WHY = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "not permitted",
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.ENOENT: "no such file or directory",
+    errno.EISDIR: "a directory where a file is expected",
+    errno.ENOTDIR: "a file where a directory is expected",
+    errno.EEXIST: "already exists",
+}
+
+
+def describe_os_error(exc: OSError, what: str | None = None) -> str:
+    """One line for a file error: the path (or `what`) and why, in words, never a traceback."""
+    why = _WHY.get(exc.errno or -1) or exc.strerror or type(exc).__name__
+    name = what or exc.filename
+    if exc.errno == errno.EEXIST and name is not None and not os.path.isdir(name):
+        why = "a file where a directory is expected"
+    if name is None:
+        return f"cannot read or write (standard output?): {why}"
+    return f"{name}: {why}"
+
+
+@contextlib.contextmanager
+def file_errors() -> Iterator[None]:
+    """An offline command's file errors are bad input (exit 2), not a failed run: `path: why`.
+
+    A run's own `results.files.WriteFailed` (exit 1 mid-run) carries the path and errno; it is the
+    same mistake here, a folder the user named that cannot take the files.
+    """
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(describe_os_error(exc)) from None
+    except KvbenchError as exc:
+        if exc.exit_code != 1 or not hasattr(exc, "errno") or not hasattr(exc, "path"):
+            raise
+        raise UsageError(describe_os_error(OSError(exc.errno, "", str(exc.path)))) from None

@@ -41,7 +41,7 @@ class ControlClient:
         self._redact = Redactor(self.user_headers, url)
 
     def redact(self, text: str) -> str:
-        return self._redact(text) if self._redact.secrets else text
+        return self._redact(text)
 
     def _call(self, method: str, path: str, json_body: Any = None) -> Any:
         return self.session.request(

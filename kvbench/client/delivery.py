@@ -9,7 +9,8 @@ server's prefill. Two signs, judged per request (`judge`, the record's `delivery
   stand for at least HOLD_MIN_NS (and HOLD_SHARE of the TTFT) of the answer's own pace (HAProxy's
   default `mode http` sends with MSG_MORE: the kernel holds segments up to ~200 ms). A server that
   writes several tokens within a millisecond is not flagged: its first read may hold them all
-  but the error is below a millisecond.
+  but the error is below a millisecond. A first read that held the WHOLE answer, its head come
+  HOLD_MIN_NS earlier, is `batched` too: no pace can be seen, and TTFT reads as the last token's.
 Not a sign on its own: a head that arrives only with the first token. nginx with
 `proxy_buffering off`, the fix itself, holds the head until the first body bytes, and its first
 tokens still arrive within a millisecond of the mock's own log (tests/integration/
@@ -58,6 +59,11 @@ def judge(rec: RequestRecord) -> str | None:
     if is_burst(rec):
         return "burst"
     first = rec.first_read_tokens
+    if first >= len(tokens) >= 2 and tokens[0] - head >= HOLD_MIN_NS:
+        # the whole answer in the read that carried its first token, the head long before: the
+        # answer's own pace is hidden, and TTFT reads as the time to the LAST token (a TTFT test's
+        # short answers behind HAProxy's hold; the head-with-tokens case is `burst` above)
+        return "batched"
     if 2 <= first < len(tokens):
         pace = (tokens[-1] - tokens[0]) / (len(tokens) - 1)  # the answer's own mean token spacing
         if (first - 1) * pace >= max(HOLD_MIN_NS, HOLD_SHARE * (tokens[0] - sent)):

@@ -185,7 +185,7 @@ class StreamingClient:
                 watch[0].cancel()
             stream.close()
             self.merged_first += stream.merged
-            if rec.error_message and self._redact.secrets:
+            if rec.error_message:  # echoed credentials of any kind, not only the ones configured
                 rec.error_message = self._redact(rec.error_message)
         return rec
 

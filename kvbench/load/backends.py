@@ -62,7 +62,7 @@ BACKENDS: dict[str, type[LoadBackend]] = {"local": LocalBackend}
 
 
 def load_backend(name: str = "local", **options: Any) -> LoadBackend:
-    """A backend by name: `local`, `processes` (options: workers, pin), or `ray` (options: workers,
+    """A backend by name: `local`, `processes` (options: workers, pin, silence_s), or `ray` (options: workers,
     placement; needs `kvbench[ray]`). `ray` asked for while this process has no Ray session (the
     scenario has no cluster: kvbench.run.remote.connect_cluster connects one first when it has)
     means `load.workers: K` on this machine: the `processes` backend."""
@@ -71,7 +71,9 @@ def load_backend(name: str = "local", **options: Any) -> LoadBackend:
     if name == "processes":
         from kvbench.load.local_workers import LocalWorkersBackend
 
-        return LocalWorkersBackend(**{k: v for k, v in options.items() if k in ("workers", "pin")})
+        return LocalWorkersBackend(
+            **{k: v for k, v in options.items() if k in ("workers", "pin", "silence_s")}
+        )
     if name == "ray":
         from kvbench.load.ray_backend import RayLoadBackend
 

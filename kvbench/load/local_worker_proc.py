@@ -29,6 +29,8 @@ from typing import Any
 
 from kvbench.load.ray_worker import LoadWorker
 
+HEARTBEAT_S = 0.5  # ("beat",) this often from the worker's own loop: its liveness (load.local_workers)
+
 
 class LocalLoadWorker(LoadWorker):
     """LoadWorker on this machine: no Ray node to name; the share staged before the common start."""
@@ -128,7 +130,13 @@ async def _serve(conn: Any, name: str) -> None:
             closing = True
             reader.feed_eof()
 
+    async def beat() -> None:  # liveness: the driver loses a worker silent for its silence bound
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            send(("beat",))
+
     worker.notify = notify
+    heart = loop.create_task(beat())
     try:
         while not closing:
             try:
@@ -139,6 +147,7 @@ async def _serve(conn: Any, name: str) -> None:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
     finally:
+        heart.cancel()
         with contextlib.suppress(Exception):
             await worker.close()
         with contextlib.suppress(Exception):

@@ -17,6 +17,9 @@ per process, so the client's work is spread over K cores where the machine has t
               (none is lost), then its started-not-finished requests become `worker_lost` rows and
               its never-started ones `not_sent` rows (WorkerBook.lose, as on Ray), and the run
               fails (kvbench.run.runner: a phase that sent fewer than asked)
+    liveness  each worker sends a heartbeat every HEARTBEAT_S from its own loop, whatever its
+              requests are doing; one silent for `silence_s` (the run's connect timeout, at least
+              SILENCE_MIN_S: a stopped or frozen process) is killed and lost the same way
 
 Clock: every process on one machine reads the same CLOCK_MONOTONIC (time.perf_counter_ns on
 Linux), so a worker gets the run's origin unchanged and no offset is measured: its `*_ns` stamps
@@ -27,6 +30,7 @@ process's affinity set (round-robin), else the workers share the driver's cores.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import multiprocessing
 import os
@@ -36,11 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench.errors import UsageError
+from kvbench.load.local_worker_proc import HEARTBEAT_S
 from kvbench.load.worker_phase import RemotePhase, WorkerBook, open_phase, pack_share
 
 START_LEAD_NS = 20_000_000  # the common start, this far after the shares are staged (one small call each)
 CALL_TIMEOUT_S = 60.0  # a call a live worker did not answer (staging a large share included)
 START_TIMEOUT_S = 60.0  # a spawned process importing kvbench and building its client
+SILENCE_MIN_S = 10.0  # 20 beats: a loop held that long by a GC pass or a large share is not frozen
 
 
 @dataclass
@@ -52,6 +58,7 @@ class _Proc(WorkerBook):
     hostname: str = ""
     cpus: list[int] = field(default_factory=list)
     calls: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+    heard: float = 0.0  # time.monotonic() of its last message (a heartbeat, a report, a reply)
 
     def extra(self) -> dict[str, Any]:
         return {"worker": self.name, "worker_pid": self.pid, "hostname": self.hostname}
@@ -63,13 +70,14 @@ class LocalWorkersBackend:
     name = "processes"
     remote = True  # the phase passes a RemotePhase, not a coroutine (kvbench.run.throughput)
 
-    def __init__(self, workers: int = 2, pin: bool = False) -> None:
+    def __init__(self, workers: int = 2, pin: bool = False, silence_s: float = SILENCE_MIN_S) -> None:
         if workers < 1:
             raise UsageError("load.workers: at least one load worker")
         if pin and not hasattr(os, "sched_setaffinity"):
             raise UsageError("load.pin: pinning workers to cores needs Linux (os.sched_setaffinity)")
         self.workers_wanted = workers
         self.pin = pin
+        self.silence_s = max(float(silence_s), SILENCE_MIN_S)
         self.workers: list[_Proc] = []
         self.phases: list[dict[str, Any]] = []  # what each phase's manifest entry records
         self._spec: dict[str, Any] | None = None
@@ -125,6 +133,9 @@ class LocalWorkersBackend:
             self._gone(w)
 
     def _handle(self, w: _Proc, msg: tuple[Any, ...]) -> None:
+        w.heard = time.monotonic()
+        if msg[0] == "beat":
+            return
         if msg[0] == "reply":
             _, cid, ok, value = msg
             fut = w.calls.pop(cid, None)
@@ -204,6 +215,8 @@ class LocalWorkersBackend:
         )
         self._last_end_ns, self._phase = None, phase
         active = ready[: len(shares)]
+        for w in active:
+            w.heard = max(w.heard, time.monotonic())
         try:
             for w, (idx, conc) in zip(active, shares, strict=True):
                 prepared = [phase.prepare(items[i]) for i in idx]
@@ -244,9 +257,21 @@ class LocalWorkersBackend:
         """Until every worker is done or lost: the rows are written by _readable as they arrive."""
         while any(w.state == "ready" and not w.done for w in active):
             self._changed.clear()
-            await self._changed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), HEARTBEAT_S)
             if self._failure is not None:
                 raise self._failure
+            self._lose_silent(active)
+
+    def _lose_silent(self, active: list[_Proc]) -> None:
+        """A worker that sent nothing, not even a heartbeat, for silence_s is stopped or frozen: lost."""
+        now = time.monotonic()
+        for w in active:
+            if w.state == "ready" and not w.done and now - w.heard > self.silence_s and self._phase:
+                self._kill(w)  # SIGKILL ends a stopped process too; its pipe then closes
+                silent = f"silent for {now - w.heard:.0f} s"
+                why = f"{silent} (no heartbeat within {self.silence_s:g} s: stopped or frozen)"
+                w.lose(self._phase, f"{w.name} (pid {w.pid}) on {w.hostname}", why)
 
     async def _cancel(self, active: list[_Proc], phase: RemotePhase) -> None:
         live = [w for w in active if w.state == "ready"]

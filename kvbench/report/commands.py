@@ -35,14 +35,16 @@ def register(app: typer.Typer) -> None:
         speedups recomputed from the data with bootstrap 95% CIs, model fits, and, for runs naming a
         reference dataset (ibm-g4), measured next to published figures. Works offline.
         """
+        from kvbench.errors import file_errors
         from kvbench.report.sweep.tables import is_sweep_dir, write_sweep_report
 
-        if is_sweep_dir(run_dir):  # a sweep directory: its summary, from sweep.json
-            write_sweep_report(run_dir, quiet=quiet, redraw=True)
-            return
-        from kvbench.report.render import write_report
+        with file_errors():
+            if is_sweep_dir(run_dir):  # a sweep directory: its summary, from sweep.json
+                write_sweep_report(run_dir, quiet=quiet, redraw=True)
+                return
+            from kvbench.report.render import write_report
 
-        write_report(run_dir, quiet=quiet, geometry=geometry)
+            write_report(run_dir, quiet=quiet, geometry=geometry)
 
     @app.command("compare")
     def compare_cmd(
@@ -66,6 +68,8 @@ def register(app: typer.Typer) -> None:
         Ratios are against the FIRST run given, matched by label (cold, warm, cached, baseline, quiet, noisy).
         Two sweep directories compare point by point, matched by the swept fields' values.
         """
+        from kvbench.errors import file_errors
         from kvbench.report.compare import compare_runs
 
-        compare_runs(run_dirs, out, quiet=quiet)
+        with file_errors():
+            compare_runs(run_dirs, out, quiet=quiet)

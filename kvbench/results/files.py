@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvbench.errors import KvbenchError
+from kvbench.redact import redact
 from kvbench.results.schema import Manifest
 from kvbench.strict_json import dumps
 
@@ -193,7 +194,7 @@ class RunDir:
 
     def save_manifest(self) -> None:
         if self.manifest is not None:
-            write_json_atomic(self.path / MANIFEST, self.manifest.to_json_dict())
+            write_json_atomic(self.path / MANIFEST, redact(self.manifest.to_json_dict()))
 
     def writer(self, name: str) -> JsonlWriter:
         return JsonlWriter(self.path / name)

@@ -19,6 +19,7 @@ from kvbench.errors import ColdUnverified
 from kvbench.lab.manifest import lab_link_interfaces
 from kvbench.load.backends import LoadBackend, load_backend
 from kvbench.load.prompts import Prompt, TokenCounter, make_salt
+from kvbench.load.worker_phase import NOT_SENT, WORKER_LOST
 from kvbench.results import JsonlWriter, RunDir
 from kvbench.results.schema import Label, PhaseEntry, TtftStep
 from kvbench.run.console.live import TappedScraper
@@ -249,7 +250,9 @@ def _load_backend(scn: Scenario, default: str) -> LoadBackend:
         return load_backend(default)
     if scn.cluster.backend == "ray":
         return load_backend("ray", workers=load.workers)
-    return load_backend("processes", workers=load.workers, pin=load.pin)
+    # a worker silent for longer than a connect may take is stopped or frozen (load.local_workers)
+    silence_s = scn.target.timeouts.connect_s
+    return load_backend("processes", workers=load.workers, pin=load.pin, silence_s=silence_s)
 
 
 def with_max_tokens(cfg: ClientConfig, max_tokens: int) -> ClientConfig:
@@ -287,3 +290,13 @@ def with_base(cfg: ClientConfig, base_url: str) -> ClientConfig:
     from dataclasses import replace
 
     return replace(cfg, base_url=base_url)
+
+
+def lost_worker_cause(run: Run) -> str | None:
+    """A load worker lost mid-phase (died, or silent past its bound): the run measured another load,
+    so it failed; the cause is the lost worker's own line, from its first accounted row."""
+    for r in run.records:
+        if r.error_type in (WORKER_LOST, NOT_SENT) and r.error_message:
+            n = sum(1 for x in run.records if x.error_type in (WORKER_LOST, NOT_SENT))
+            return f"{n} requests of a lost load worker: {r.error_message}"
+    return None

@@ -31,7 +31,7 @@ from kvbench.client.control import ControlClient
 from kvbench.client.heap import freeze_heap
 from kvbench.engines.adapters import EngineAdapter, get_adapter
 from kvbench.errors import KvbenchError, UsageError
-from kvbench.load.ray_backend import NOT_SENT
+from kvbench.load.ray_backend import NOT_SENT, WORKER_LOST
 from kvbench.results import METRIC_DELTAS, SCENARIO, RunDir, new_run_dir, utc_now_iso, write_json_atomic
 from kvbench.results.files import WriteFailed, write_text_atomic
 from kvbench.results.schema import (
@@ -45,11 +45,18 @@ from kvbench.results.schema import (
     OptionsInfo,
     TargetRecord,
 )
-from kvbench.run.context import Run, RunOptions
+from kvbench.run.context import Run, RunOptions, lost_worker_cause
 from kvbench.run.mock_lateness_record import record_mock_lateness
-from kvbench.run.preflight.limits import check_cluster_room, ensure_open_files
+from kvbench.run.preflight.limits import check_cluster_room, ensure_open_files, fd_budget
 from kvbench.run.preflight.names import check_names
-from kvbench.run.preflight.target import TargetInfo, embedded_mock, identify, preflight, request_headers
+from kvbench.run.preflight.target import (
+    TargetInfo,
+    embedded_mock,
+    identify,
+    preflight,
+    remember_secrets,
+    request_headers,
+)
 from kvbench.run.prompt_set import make_prompt_set
 from kvbench.run.registry import type_of_test
 from kvbench.run.remote import connect_cluster
@@ -153,8 +160,9 @@ async def run_scenario(scn: Scenario, opts: RunOptions) -> RunOutcome:
 async def _run_scenario(scn: Scenario, opts: RunOptions, made: list[Path]) -> RunOutcome:
     check_names(scn)
     check_output_dir(opts.output_dir)
-    ensure_open_files(max(scn.load.max_in_flight, scn.test.max_in_flight or 0))
+    ensure_open_files(fd_budget(scn))
     headers = request_headers(scn, opts.api_key_env)
+    remember_secrets(scn, headers)
     origin_ns = time.perf_counter_ns()
     async with contextlib.AsyncExitStack() as stack:
         cluster = connect_cluster(scn)  # Ray first: a missing Ray or cluster is exit 2 before anything runs
@@ -311,7 +319,10 @@ async def run_plan(run: Run) -> None:
         run.rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
         freeze_heap()  # no full GC pass over the start-up heap in the middle of a phase
         await _unwrap_groups(type_of_test(scn).plan(run, prompts))
-        status = "complete"
+        lost = lost_worker_cause(run)
+        status = "failed" if lost else "complete"
+        if lost:
+            run.rd.update(error=lost)
     except asyncio.CancelledError:
         status = "interrupted"
         raise
@@ -391,6 +402,8 @@ def outcome(run: Run) -> RunOutcome:
     done = RunOutcome(run.rd.path, "complete", exit_code, dict(run.error_counts), len(measured), lines)
     # a phase that sent fewer requests than it was asked measured another load: no error rate excuses it
     asked = Counter(r.phase for r in measured)
+    if any(r.error_type == WORKER_LOST for r in measured) and not done.exit_code:
+        done.exit_code, done.failure = 1, "a load worker was lost mid-phase"
     for phase, n in Counter(r.phase for r in measured if r.error_type == NOT_SENT).items():
         done.exit_code, done.failure = 1, "a phase sent fewer requests than it was asked"
         lines.append(

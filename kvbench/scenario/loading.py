@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from kvbench.baseurl import redact_url
 from kvbench.configfile import MAX_FILE_BYTES, apply_overrides, read_yaml, validate
 from kvbench.errors import ScenarioError
+from kvbench.redact import redact as redact_record
 from kvbench.scenario.model import Scenario
 from kvbench.scenario.testtypes import moved_fields, translate_key
 
@@ -89,13 +89,10 @@ def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) ->
 def scenario_to_yaml(scenario: Scenario, redact: bool = False) -> str:
     """The resolved scenario as YAML; `redact` hides header values (they may carry credentials).
 
-    Credentials in a URL are never written or printed, whatever `redact` says.
+    Credentials anywhere (any URL's userinfo, secret headers, echoed tokens) are never written or
+    printed, whatever `redact` says: every value goes through kvbench.redact.
     """
-    data = scenario.model_dump(mode="json")
-    data["target"]["base_url"] = redact_url(data["target"]["base_url"])
-    after = data["test"].get("between_phases") or {}
-    if after.get("base_url"):
-        after["base_url"] = redact_url(after["base_url"])
+    data = redact_record(scenario.model_dump(mode="json"))
     if redact:
         data["target"]["headers"] = {k: "<redacted>" for k in data["target"]["headers"]}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -88,7 +88,7 @@ def sweep_cmd(
     from kvbench.errors import UsageError
     from kvbench.sweep.arms import baseline_plan
     from kvbench.sweep.execute import Sweep
-    from kvbench.sweep.state import check_same_plan, read_state
+    from kvbench.sweep.state import check_resumable, check_same_plan, read_state
 
     if resume is not None:
         found = read_state(resume)
@@ -99,6 +99,7 @@ def sweep_cmd(
         flags["--tiers"] = tiers
         flags.update(zip(BASELINE_FLAGS, (baseline_url, baseline_set, baseline_offload_off), strict=True))
         refuse_flags(flags)
+        check_resumable(found.plan, resume)
         plan, sweep_dir = found.plan, resume
     else:
         if scenario is None:

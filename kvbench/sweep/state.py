@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench.errors import UsageError
+from kvbench.redact import REDACTED, redact
 from kvbench.results import write_json_atomic
 
 SWEEP_JSON = "sweep.json"
@@ -113,12 +114,25 @@ def read_state(sweep_dir: Path) -> SweepState | None:
 
 
 def write_state(sweep_dir: Path, state: SweepState) -> None:
-    write_json_atomic(sweep_dir / SWEEP_JSON, state.model_dump(mode="json"))
+    """sweep.json, every credential masked (a URL's userinfo in --base-url, --set, --baseline-url)."""
+    write_json_atomic(sweep_dir / SWEEP_JSON, redact(state.model_dump(mode="json")))
+
+
+def check_resumable(plan: SweepPlan, sweep_dir: Path) -> None:
+    """A plan read back holds no credentials (they are never written): `--resume` alone cannot send them."""
+    dumped = plan.model_dump_json()
+    if REDACTED in dumped:
+        raise UsageError(
+            f"--resume {sweep_dir}: the sweep's credentials were not stored (sweep.json never holds "
+            "them); run the same sweep command again with --out "
+            + f"{sweep_dir} to go on from its last point"
+        )
 
 
 def check_same_plan(found: SweepPlan, asked: SweepPlan, sweep_dir: Path) -> None:
-    """Resuming into a directory that holds another sweep would mix two experiments."""
-    a, b = found.model_dump(), asked.model_dump()
+    """Resuming into a directory that holds another sweep would mix two experiments; the stored plan
+    is compared with the one asked as it would be stored (credentials masked)."""
+    a, b = found.model_dump(), redact(asked.model_dump())
     differ = [k for k in a if a[k] != b[k]]
     if differ:
         raise UsageError(

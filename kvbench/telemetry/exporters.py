@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench.engines.telemetry import SampleKey, parse_metrics
+from kvbench.redact import Redactor, redact_text
 
 # family-name prefixes kept per kind (the text parser names a counter's family without _total)
 KEEP: dict[str, tuple[str, ...]] = {
@@ -40,7 +41,8 @@ def parse_exporter(kind: str, text: str) -> dict[SampleKey, float]:
     try:
         samples = parse_metrics(text, keep=KEEP[kind])
     except Exception as exc:  # the parser raises several types on garbage; all mean the same here
-        raise ScrapeFailed(f"not Prometheus text ({type(exc).__name__}: {str(exc)[:80]})") from None
+        why = redact_text(str(exc))[:80]
+        raise ScrapeFailed(f"not Prometheus text ({type(exc).__name__}: {why})") from None
     if not samples:
         raise ScrapeFailed(f"no {kind} series in the answer")
     if len(samples) > MAX_SERIES:
@@ -65,7 +67,9 @@ async def scrape_exporter(
     except TimeoutError:
         raise ScrapeFailed(f"no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
-        raise ScrapeFailed(f"cannot reach it ({type(exc).__name__}: {str(exc)[:80]})") from None
+        why = redact_text(str(exc))[:80]
+        raise ScrapeFailed(f"cannot reach it ({type(exc).__name__}: {why})") from None
     if len(body) > MAX_BODY:
         raise ScrapeFailed(f"answered more than {MAX_BODY // 2**20} MiB")
-    return parse_exporter(kind, body.decode("utf-8", errors="replace"))
+    # an exporter may echo the request's Authorization (or any credential) into a label
+    return parse_exporter(kind, Redactor(headers)(body.decode("utf-8", errors="replace")))

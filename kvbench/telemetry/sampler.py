@@ -26,6 +26,7 @@ from typing import Any
 from kvbench.baseurl import auth_headers
 from kvbench.client.control import ControlClient
 from kvbench.engines.telemetry import SampleKey, Scraper
+from kvbench.redact import redact
 from kvbench.results import JsonlWriter
 from kvbench.telemetry.exporters import ScrapeFailed, scrape_exporter
 from kvbench.telemetry.host import read_host
@@ -46,6 +47,7 @@ class Source:
 
 def exporter_source(url: str, kind: str, timeout_s: float) -> Source:
     clean, headers = auth_headers(url, {})
+    clean = redact(clean)  # also a URL whose userinfo auth_headers keeps (none it can parse)
 
     async def read(session: Any) -> dict[SampleKey, float]:
         return await scrape_exporter(session, clean, headers, kind, timeout_s)
@@ -169,6 +171,7 @@ class Sampler:
         try:
             samples = await src.read(session)
         except ScrapeFailed as exc:
+            exc = ScrapeFailed(redact(str(exc)))
             self.errors += 1
             self._write(
                 writer,

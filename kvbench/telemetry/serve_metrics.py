@@ -21,6 +21,7 @@ Updated once per written row (a counter, a histogram bucket), never per chunk.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,9 +30,14 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from kvbench.errors import UsageError
+from kvbench.redact import redact_text
 
 # TTFT from a cached short prompt (ms) to a cold long one behind a queue (a minute)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+# every label served goes through the one redaction; a run has few phases, so each is masked once
+_label = functools.lru_cache(maxsize=256)(redact_text)
 
 
 class RunMetrics:
@@ -62,12 +68,14 @@ class RunMetrics:
         self.noise.handles.append(handle)
 
     def start_phase(self, phase: str, total: int) -> None:
+        phase = _label(phase)
         self.phase.info({"phase": phase})
         self.planned.labels(phase).set(total)
 
     def row(
         self, phase: str, status: str, ttft_s: float | None, prompt_tokens: int, cached_tokens: int | None
     ) -> None:
+        phase = _label(phase)
         self.requests.labels(phase, status).inc()
         if status == "ok" and ttft_s is not None:
             self.ttft.labels(phase).observe(ttft_s)

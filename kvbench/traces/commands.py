@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvbench.errors import UsageError
+from kvbench.errors import UsageError, file_errors
 
 # Each paragraph is one line (the help formatter keeps line breaks and re-wraps to the terminal).
 ANALYZE_HELP = "\n\n".join(
@@ -89,7 +89,8 @@ def synth_command(
 
     flags = {"rows": rows, "duration_s": duration_s, "seed": seed, "format": fmt, "arrival.rate_per_s": rate}
     c = _controls(controls, set_values or [], flags)
-    n = write_trace(synthesize(c), out, c.format)
+    with file_errors():
+        n = write_trace(synthesize(c), out, c.format)
     print(f"wrote {n:,} rows to {out} ({c.format}, seed {c.seed})")
 
 
@@ -125,6 +126,9 @@ def analyze_command(
 
     if window_s <= 0:
         raise UsageError(f"--window-s: must be > 0, got {window_s:g}")
+    if out is not None:  # before the pass over the trace, which may take minutes
+        with file_errors():
+            out.mkdir(parents=True, exist_ok=True)
     trace = open_trace(file, format=fmt, block_tokens=block_tokens)
     plan, block_bytes = _plan(trace.block_tokens, model, tiers, mock_profile)
     a = analyze_trace(
@@ -140,9 +144,9 @@ def analyze_command(
         from kvbench.results.files import write_json_atomic
         from kvbench.traces.plots import write_plots
 
-        out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "analysis.json", doc)
-        written = write_plots(a, out, block_bytes)
+        with file_errors():
+            write_json_atomic(out / "analysis.json", doc)
+            written = write_plots(a, out, block_bytes)
     print(json.dumps(doc, indent=2) if as_json else render_table(a, block_bytes))
     if out is not None and not as_json:
         print(f"\nwrote {out / 'analysis.json'} and {len(written)} plots to {out}")

@@ -67,7 +67,9 @@ def open_trace(
     """The trace at `path`, its format named or detected from the first rows (`auto`)."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"{path}: no such trace file")
+        raise UsageError(
+            f"{path}: {'a directory, not a trace file' if path.is_dir() else 'no such trace file'}"
+        )
     if format == "auto":
         fmt = _detect(path)
     elif format in FORMATS:

@@ -96,13 +96,11 @@ def fit_cmd(
 
 
 def _write(path: Path, profile: dict[str, Any]) -> None:
-    from kvbench.errors import UsageError
+    from kvbench.errors import file_errors
     from kvbench.results.files import write_text_atomic
 
-    try:
+    with file_errors():
         write_text_atomic(path, render_yaml(profile))
-    except OSError as exc:
-        raise UsageError(f"-o {path}: cannot write ({exc.strerror or type(exc).__name__})") from None
 
 
 def _validate(twin: Path, runs: list[Path], out: Path) -> None:

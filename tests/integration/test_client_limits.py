@@ -40,7 +40,7 @@ def test_a_hard_limit_below_the_connections_is_one_line_naming_ulimit(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("kvbench: open files: this run opens up to 200 connections and needs about ")
+    assert line.startswith("kvbench: open files: this run opens up to 200 connections and needs ")
     assert "this process may open 100 (hard limit 100); raise it with `ulimit -n " in line
     assert not any(tmp_path.iterdir())  # nothing started, no run directory
 

@@ -137,3 +137,23 @@ async def test_haproxy_with_http_no_delay_reads_the_servers_ttft(tmp_path):
     assert df.delivery.isna().all() and not any(p.get("warning_burst") for p in manifest["phases"])
     assert late[len(late) // 2] < 5, late  # typically 0.1-0.3 ms through HAProxy
     assert "delivery-bound" not in (outcome.run_dir / "report.md").read_text()
+
+
+async def test_a_ttft_run_behind_haproxy_is_warned_too(tmp_path, capsys):
+    """The TTFT test's short answers (16 tokens at the ci mock's pace) come whole in the first read
+    behind HAProxy's hold: the same phase check (kvbench.run.context.phase_entry) warns."""
+    async with spawned_mock("ci") as mock:
+        with haproxy(tmp_path, mock.base_url) as url:
+            scn, _ = load_scenario("ttft", {"target.base_url": url, "prompts.lengths": [2000]})
+            outcome = await run_scenario(
+                scn, RunOptions(output_dir=tmp_path / "results", quiet=False, report=False)
+            )
+    write_report(outcome.run_dir, quiet=True)
+    df, manifest = load_run(outcome.run_dir), read_manifest(outcome.run_dir)
+    measured = df[df.label != "probe"]
+    assert outcome.exit_code == 0 and (measured.status == "ok").all()
+    assert measured.delivery.notna().mean() > 0.5, measured[["first_read_tokens", "delivery"]]
+    warning = manifest["phases"][0].get("warning_burst") or ""
+    assert "delivery-bound" in warning and "option http-no-delay" in warning
+    assert "delivery-bound" in capsys.readouterr().err
+    assert "TTFT delivery-bound" in (outcome.run_dir / "report.md").read_text()

@@ -168,6 +168,35 @@ async def test_buffering_proxy_gets_the_burst_warning(tmp_path, capsys):
     assert "tokens arrived in one burst" in err and "proxy_buffering off" in err
 
 
+async def test_a_ttft_run_behind_a_buffering_proxy_is_warned(tmp_path, capsys):
+    """The TTFT test through nginx's default buffering, at the ci mock's own pace: the head comes at
+    once and the whole 16-token answer in one later read; the shared phase check warns (ttft as
+    throughput), in the console, the manifest and the report."""
+    port = free_port()
+    async with spawned_mock("ci") as mock:
+        conf = f"""
+        server {{
+            listen 127.0.0.1:{port};
+            location / {{ proxy_pass {mock.base_url}; proxy_ignore_headers X-Accel-Buffering; }}
+        }}"""
+        with nginx(tmp_path, conf):
+            scn, _ = load_scenario("ttft", {"target.base_url": f"http://127.0.0.1:{port}"})
+            outcome = await run_scenario(
+                scn, RunOptions(output_dir=tmp_path / "results", quiet=False, report=False)
+            )
+    assert outcome.exit_code == 0
+    from kvbench.report.render import write_report
+
+    write_report(outcome.run_dir, quiet=True)
+    df, manifest = load_run(outcome.run_dir), read_manifest(outcome.run_dir)
+    measured = df[(df.status == "ok") & (df.label != "probe")]
+    assert measured.delivery.notna().mean() > 0.5, measured[["first_read_tokens", "delivery"]]
+    warned = [p for p in manifest["phases"] if p.get("warning_burst")]
+    assert warned and "delivery-bound, not the server's" in warned[0]["warning_burst"]
+    assert "proxy_buffering off" in capsys.readouterr().err
+    assert "TTFT delivery-bound" in (outcome.run_dir / "report.md").read_text()
+
+
 async def test_gzip_proxy_untimed_decoded_timed_identity(tmp_path):
     port = free_port()
     gzip = "gzip on; gzip_types application/json text/event-stream text/plain; gzip_min_length 1; "

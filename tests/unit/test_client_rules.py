@@ -164,6 +164,16 @@ def test_a_first_read_that_held_later_tokens_is_batched_when_they_stand_for_real
     assert warning and "first read already held later tokens (19 of 20 answers; median 17 tokens)" in warning
 
 
+def test_a_first_read_that_held_the_whole_answer_after_the_head_is_batched():
+    """A TTFT test's 16-token answer held whole by a proxy, its head passed on at once: no pace to
+    see, and TTFT reads as the last token's. A head that came with it is the burst rule's."""
+    whole = rec_with(1 * MS, [120 * MS] * 16, first_read=16)
+    assert whole.delivery == "batched" and not whole.burst
+    assert "first read already held later tokens" in (burst_warning([whole] * 3) or "")
+    with_head = rec_with(120 * MS, [120 * MS] * 16, first_read=16)
+    assert with_head.delivery == "burst"
+
+
 def test_a_head_that_comes_with_the_first_token_alone_is_not_delivery_bound():
     """nginx with proxy_buffering off holds the head until the first token, which is on time."""
     held = rec_with(150 * MS, [150 * MS + 200_000 + i * 10 * MS for i in range(8)])

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvbench.redact import redact_text
 from kvbench.run.console.live import PhaseStats, TierRates, panel, plain_line
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Progress:
     def log(self, message: str) -> None:
         if self.quiet:
             return
+        message = redact_text(message)  # a server's or exporter's words may echo a credential
         if self._live is not None:
             self._live.console.print(message, highlight=False, markup=False)
         else:
@@ -100,11 +102,14 @@ class Progress:
 
     def request_done(self, ok: bool) -> None:
         s = self.stats
-        s.in_flight -= 1
+        # a row from a load worker, or one that ended after its phase's stats were replaced, never
+        # passed request_started here: the count stays a count (never below zero)
+        was = s.in_flight
+        s.in_flight = max(was - 1, 0)
         s.done += 1
         if not ok:
             s.errors += 1
-        if self.metrics is not None:
+        if self.metrics is not None and was > 0:
             self.metrics.in_flight.dec()
         if self.quiet or not s.total or self._live is not None:
             return  # requests outside a phase (probes) are not progress; the panel redraws itself

@@ -31,6 +31,7 @@ from kvbench.client.control import ControlClient
 from kvbench.client.detail import body_detail
 from kvbench.engines.adapters import detect_engine
 from kvbench.errors import TargetUnreachable, UsageError
+from kvbench.redact import remember, secrets_of_headers, secrets_of_url
 from kvbench.scenario import Scenario
 
 # Probe failures a healthy but busy server gives (load, injected faults): its answer came through,
@@ -164,6 +165,10 @@ async def preflight(http: ControlClient, scn: Scenario) -> tuple[str, str | None
         if vs == 200 and isinstance(vb, dict):
             version = str(vb.get("version") or vb)
     assert model is not None
+    # before the body probe builds a prompt as long as the run's longest (a 10M-token one is GBs)
+    problem = scn.context_problem(scn.target.max_model_len or max_len, "the model's context")
+    if problem:
+        raise UsageError(problem)
     await probe_timed(http, scn, model)
     return model, version, max_len
 
@@ -260,3 +265,10 @@ async def identify(http: ControlClient, scn: Scenario) -> str:
     if scn.target.engine == "auto":
         return await detect_engine(http)
     return scn.target.engine
+
+
+def remember_secrets(scn: Scenario, headers: dict[str, str]) -> None:
+    """Every credential the run was given (API key, header values, URL userinfo of the target and of
+    each exporter) is masked in all the run writes and prints, wherever it turns up (kvbench.redact)."""
+    urls = [scn.target.base_url, *(e.url for e in scn.telemetry.exporters)]
+    remember(*secrets_of_headers(headers), *(s for u in urls for s in secrets_of_url(u)))

@@ -1,0 +1,198 @@
+"""Every kind of secret, through every command that can carry one, found in no file and no stream.
+
+Secrets: URL userinfo of the target (`--base-url http://alice:PW@...`), `--api-key-env`, an exporter
+URL's userinfo, and both echoed back: a front before the kvbench mock puts the Authorization header
+it got into a /metrics label (the target's echo) and so does an exporter (the exporter's echo).
+Commands: run (with --serve-metrics), replay, sweep (one that completes and one that fails
+validation) and report. Each runs in a child process, so nothing learnt by one command's process
+helps another; every file written and every console line is searched for each secret, raw and
+in base64.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvbench.mock.spawn import spawned_mock
+
+pytestmark = pytest.mark.slow
+
+URL_PW = "urlPW-7c1e9aq"
+EXP_PW = "expPW-4b2d8zk"
+API_KEY = "sk-secret-KEY-91f0d3"
+
+
+def forms() -> list[str]:
+    """Each secret as it could leak: raw, and the Basic token that carries it."""
+    raw = [URL_PW, EXP_PW, API_KEY]
+    tokens = [base64.b64encode(s.encode()).decode() for s in (f"alice:{URL_PW}", f"bob:{EXP_PW}", API_KEY)]
+    return raw + [t.rstrip("=") for t in tokens]
+
+
+class Front:
+    """A reverse proxy in front of the mock that echoes the Authorization it got into /metrics,
+    and an exporter (/exporter/metrics) that does the same."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self.ready = threading.Event()
+        self.stop: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def main(self) -> None:
+        import aiohttp
+        from aiohttp import web
+
+        self.stop = asyncio.Event()
+        async with spawned_mock(profile="ci") as mock, aiohttp.ClientSession() as session:
+
+            def echo(request: web.Request) -> str:
+                auth = request.headers.get("Authorization", "none").replace('"', "")
+                return f'echo_auth{{authorization="{auth}"}} 1\n'
+
+            async def exporter(request: web.Request) -> web.Response:
+                return web.Response(text=echo(request), content_type="text/plain")
+
+            async def proxy(request: web.Request) -> web.StreamResponse:
+                drop = {"host", "authorization", "content-length"}
+                headers = {k: v for k, v in request.headers.items() if k.lower() not in drop}
+                url = mock.base_url + request.path_qs
+                async with session.request(
+                    request.method, url, data=await request.read(), headers=headers
+                ) as up:
+                    if request.path == "/metrics":
+                        body = await up.text() + echo(request)
+                        return web.Response(text=body, status=up.status, content_type="text/plain")
+                    resp = web.StreamResponse(status=up.status)
+                    resp.content_type = up.content_type
+                    await resp.prepare(request)
+                    async for chunk in up.content.iter_any():
+                        await resp.write(chunk)
+                    await resp.write_eof()
+                    return resp
+
+            app = web.Application()
+            app.router.add_get("/exporter/metrics", exporter)
+            app.router.add_route("*", "/{tail:.*}", proxy)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.url = f"127.0.0.1:{port}"
+            self.ready.set()
+            await self.stop.wait()
+            await runner.cleanup()
+
+    def run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self.main())
+
+
+@pytest.fixture(scope="module")
+def front() -> Iterator[Front]:
+    f = Front()
+    t = threading.Thread(target=f.run, daemon=True)
+    t.start()
+    assert f.ready.wait(60), "front did not start"
+    yield f
+    assert f.loop is not None and f.stop is not None
+    f.loop.call_soon_threadsafe(f.stop.set)
+    t.join(30)
+
+
+def kvbench(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvbench", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def telemetry(front: Front) -> list[str]:
+    exporters = (
+        f"telemetry.exporters=[{{kind: prometheus, url: 'http://bob:{EXP_PW}@{front.url}/exporter/metrics'}}]"
+    )
+    return ["--set", exporters, "--set", "telemetry.interval_s=0.1"]
+
+
+def assert_nowhere(root: Path, console: str) -> None:
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert files
+    for secret in forms():
+        assert secret not in console, (secret, console[-2000:])
+        for path in files:
+            assert secret.encode() not in path.read_bytes(), (secret, path)
+
+
+def test_no_secret_in_any_file_or_stream(front: Front, tmp_path: Path) -> None:
+    user_url = f"http://alice:{URL_PW}@{front.url}"
+    out = tmp_path / "results"
+    console = ""
+    small = ["--set", "prompts.count=2", "--set", "prompts.lengths=[2000]"]
+
+    # a sweep that fails validation, and one whose target refuses (its sweep.json is written)
+    code, text = kvbench(
+        "sweep", "ttft", "--base-url", user_url, *telemetry(front), "--over", "prompts.lengths=[1000],[-5]",
+        "--out", str(tmp_path / "bad-sweep"), "--quiet",
+    )  # fmt: skip
+    assert code == 2, text
+    console += text
+    code, text = kvbench(
+        "sweep", "ttft", "--base-url", f"http://alice:{URL_PW}@127.0.0.1:9",
+        "--over", "prompts.lengths=[1000]",
+        "--out", str(tmp_path / "refused-sweep"), "--quiet",
+    )  # fmt: skip
+    assert code == 3 and (tmp_path / "refused-sweep" / "sweep.json").exists(), text
+    console += text
+    code, text = kvbench(
+        "sweep", "ttft", "--base-url", user_url, *telemetry(front), *small,
+        "--over", "prompts.lengths=[1000],[2000]", "--out", str(tmp_path / "sweep"), "--quiet",
+    )  # fmt: skip
+    assert code == 0, text
+    console += text
+    code, text = kvbench("sweep", "--resume", str(tmp_path / "sweep"))
+    assert code == 2 and "credentials" in text, text  # --resume alone cannot send what was not stored
+    console += text
+
+    code, text = kvbench(
+        "run", "ttft", "--base-url", user_url, *telemetry(front), *small,
+        "--output-dir", str(out), "--serve-metrics", "0",
+    )  # fmt: skip
+    assert code == 0, text
+    console += text
+    code, text = kvbench(
+        "run", "ttft", "--base-url", f"http://{front.url}", "--api-key-env", "KVB_SECRET_KEY",
+        *telemetry(front), *small, "--output-dir", str(out),
+        env={"KVB_SECRET_KEY": API_KEY},
+    )  # fmt: skip
+    assert code == 0, text
+    console += text
+    code, text = kvbench(
+        "run", "replay", "--base-url", user_url, *telemetry(front), "--set", "test.trace.speedup=40",
+        "--output-dir", str(out),
+    )  # fmt: skip
+    assert code == 0, text
+    console += text
+    runs = [d for d in out.iterdir() if d.is_dir()]
+    assert len(runs) == 3
+    for run in runs:
+        code, text = kvbench("report", str(run), "-q")
+        assert code == 0, text
+        console += text
+    # the echo reached the files, masked: the test would prove nothing if nothing had been echoed
+    rows = "".join((d / "telemetry.jsonl").read_text() for d in runs if (d / "telemetry.jsonl").exists())
+    assert '"name":"echo_auth","labels":{"authorization":"<redacted>"}' in rows
+    assert_nowhere(tmp_path, console)

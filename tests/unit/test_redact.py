@@ -1,0 +1,70 @@
+"""kvbench.redact: the one function every written URL, header and text goes through."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from kvbench import redact as r
+from kvbench.baseurl import Redactor as BaseURLRedactor
+from kvbench.baseurl import redact_url as baseurl_redact_url
+
+
+def b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "http://alice:pw-x9@host:8000/v1",
+        "failed: GET https://alice:pw-x9@host/metrics refused",
+        f'echo{{auth="Basic {b64("alice:pw-x9")}"}} 1',
+        "Authorization: Bearer sk-live-0123abcd",
+        "authorization=bearer%20sk-live-0123abcd",
+        "api_key=sk-live-0123abcd&model=x",
+        '{"password": "hunter22"}',
+    ],
+)
+def test_every_form_of_credential_is_masked(text: str) -> None:
+    out = r.redact_text(text)
+    for secret in ("pw-x9", b64("alice:pw-x9"), "sk-live-0123abcd", "hunter22"):
+        assert secret not in out, out
+    assert r.REDACTED in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["basic delivery of tokens", "first token time 12 ms", "Basic Auth is on", "http://host:8000/v1", "a@b"],
+)
+def test_ordinary_words_are_kept(text: str) -> None:
+    assert r.redact_text(text) == text
+
+
+def test_remembered_secrets_are_masked_raw_and_in_base64() -> None:
+    r.remember("k3y-remembered-77")
+    text = f"x k3y-remembered-77 y {b64('k3y-remembered-77')} z"
+    assert r.redact_text(text) == f"x {r.REDACTED} y {r.REDACTED} z"
+
+
+def test_records_keep_their_shape_and_lose_secret_header_values() -> None:
+    record = {
+        "target": {"base_url": "http://u:pw-rec1@h", "headers": {"Authorization": "x", "X-Tenant": "t1"}},
+        "exporters": [{"url": "http://v:pw-rec2@n:9100/metrics", "kind": "node"}],
+        "n": 3,
+    }
+    out = r.redact(record)
+    assert out["target"]["base_url"] == "http://<redacted>@h"
+    assert out["target"]["headers"] == {"Authorization": r.REDACTED, "X-Tenant": "t1"}
+    assert out["exporters"][0] == {"url": "http://<redacted>@n:9100/metrics", "kind": "node"}
+    assert out["n"] == 3 and record["n"] == 3 and "pw-rec1" in record["target"]["base_url"]  # a copy
+
+
+def test_baseurl_and_clients_use_the_one_function() -> None:
+    assert baseurl_redact_url is r.redact_url and BaseURLRedactor is r.Redactor
+    red = r.Redactor({"X-Key": "hdr-secret-55"}, "http://carol:pw-cl3@h")
+    text = f"hdr-secret-55 pw-cl3 {b64('carol:pw-cl3')} Bearer other-tok-123"
+    out = red(text)
+    assert "hdr-secret-55" not in out and "pw-cl3" not in out and b64("carol:pw-cl3") not in out
+    assert "other-tok-123" not in out  # an echoed bearer token nobody configured
