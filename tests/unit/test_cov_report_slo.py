@@ -73,11 +73,11 @@ def test_the_section_has_a_row_per_phase_and_label_and_a_column_per_bound(tmp_pa
     by_phase = {r[0]: r for r in table.rows}
     # cached: TTFT p50 of the 9 ok rows is 500 ms (met); e2e 2000 ms everywhere (met)
     assert by_phase["cached"][-2].endswith("(met)") and by_phase["cached"][-1].endswith("(met)")
-    assert by_phase["cached"][3] == "5"  # 100..500 ms meet 600 ms
+    assert by_phase["cached"][3] == "6"  # 100..600 ms meet 600 ms (a bound is inclusive)
     assert by_phase["baseline"][-2].endswith("(missed)")
     assert "ttft_p50_ms <= 600 ms" in section.paragraphs[0]
     lines = slo_console_lines(section)
-    assert len(lines) == 2 and lines[0].startswith("SLO ") and "5/10 good" in " ".join(lines)
+    assert len(lines) == 2 and lines[0].startswith("SLO ") and "6/10 good" in " ".join(lines)
 
 
 def test_no_slo_no_section(tmp_path: Path) -> None:
