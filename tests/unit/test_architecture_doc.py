@@ -1,5 +1,5 @@
-"""docs/ARCHITECTURE.md is true to the tree: every module is on the map, and the map names no
-module that does not exist."""
+"""docs/ARCHITECTURE.md is true to the tree: every module is on the map, the map names no
+module that does not exist, and the test-type table has a true row for every registered test type."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ DOC = ROOT / "docs" / "ARCHITECTURE.md"
 
 _SECTION = re.compile(r"^`kvbench/(\w+)/`", re.M)
 _MODULE = re.compile(r"`([\w/]+\.py)`")
+_TABLE_HEADING = "## Test types: where each one lives"
+_PATH = re.compile(r"`((?:kvbench|tests)/[\w./<>-]*)`")
 
 
 def _sections() -> dict[str, str]:
     """The page's text per top-level package ('' = the top-level modules and the rest)."""
     text = DOC.read_text(encoding="utf-8")
-    text = text.split("## How to add", 1)[0]  # the how-to names modules by example, not as a list
+    # the test-type table and the how-to name paths from the repository root, not as a package list
+    text = text.split(_TABLE_HEADING, 1)[0].split("## How to add", 1)[0]
     parts: dict[str, str] = {}
     marks = [(m.start(), m.group(1)) for m in _SECTION.finditer(text)]
     parts[""] = text[: marks[0][0]] if marks else text
@@ -68,3 +71,46 @@ def test_the_map_names_only_real_modules() -> None:
                 assert name in modules.get(package, set()), (
                     f"docs/ARCHITECTURE.md names {name} under kvbench/{package}/, which does not exist"
                 )
+
+
+def _test_type_rows() -> dict[str, list[str]]:
+    """The test-type table: first cell (the test type, backticks stripped) -> the row's cells."""
+    text = DOC.read_text(encoding="utf-8")
+    assert _TABLE_HEADING in text, f"docs/ARCHITECTURE.md lost its section {_TABLE_HEADING!r}"
+    section = text.split(_TABLE_HEADING, 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == "test type":
+            assert len(cells) == 6, f"the test-type table has columns {cells}"
+            continue
+        rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_every_test_type_has_a_row() -> None:
+    from kvbench.run.registry import TEST_TYPES
+
+    rows = _test_type_rows()
+    assert {name.split()[0] for name in rows} == set(TEST_TYPES), "rows and TEST_TYPES differ"
+    for name, cells in rows.items():
+        assert len(cells) == 6, f"test-type row {name!r} has {len(cells)} cells, not 6"
+        test = TEST_TYPES[name.split()[0]]
+        if name == test.name:  # a mode's row (`throughput --noisy`) names a part of the section
+            assert f"`{test.section.__name__}`" in cells[1], f"{name}: section is {test.section.__name__}"
+        plan_file = test.plan.__module__.replace(".", "/") + ".py"
+        assert f"`{plan_file}`" in cells[2], f"{name}: its plan lives in {plan_file}"
+        assert "`tests/" in cells[5], f"{name}: the row names no tests"
+
+
+def test_every_path_in_the_test_type_table_exists() -> None:
+    missing = []
+    for name, cells in _test_type_rows().items():
+        for cell in cells:
+            for path in _PATH.findall(cell):
+                target = ROOT / path
+                if not (target.is_dir() if path.endswith("/") else target.is_file()):
+                    missing.append(f"{name}: {path}")
+    assert not missing, f"the test-type table names paths that do not exist: {missing}"
