@@ -53,6 +53,7 @@ from kvbench.run.preflight.target import (
     TargetInfo,
     embedded_mock,
     identify,
+    mock_accelerator_note,
     preflight,
     remember_secrets,
     request_headers,
@@ -310,11 +311,8 @@ async def run_plan(run: Run) -> None:
             f"kvbench {__version__}: {scn.name} against {run.target.kind} {run.http.base_url} "
             f"(model {run.target.model}, engine {run.target.engine}) -> {run.rd.path}"
         )
-        if run.target.mock is not None:
-            from kvbench.mock import native
-
-            if not native.available():  # said once: slower per block, the same model
-                run.progress.log("mock: no C accelerator built in this install; its pure-Python paths run")
+        if run.target.mock is not None and (note := mock_accelerator_note()) is not None:
+            run.progress.log(note)
         prompts = await make_prompt_set(run)
         run.rd.update(cold_start=ColdStart.model_validate(await run.verify_cold_start()))
         freeze_heap()  # no full GC pass over the start-up heap in the middle of a phase

@@ -272,3 +272,14 @@ def remember_secrets(scn: Scenario, headers: dict[str, str]) -> None:
     each exporter) is masked in all the run writes and prints, wherever it turns up (kvbench.redact)."""
     urls = [scn.target.base_url, *(e.url for e in scn.telemetry.exporters)]
     remember(*secrets_of_headers(headers), *(s for u in urls for s in secrets_of_url(u)))
+
+
+def mock_accelerator_note() -> str | None:
+    """Said once per run: without the C accelerator the mock is slower per block, the same model."""
+    from kvbench.mock import native
+
+    return (
+        None
+        if native.available()
+        else "mock: no C accelerator built in this install; its pure-Python paths run"
+    )
