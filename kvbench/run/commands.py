@@ -78,6 +78,12 @@ ServeMetricsOpt = Annotated[
         max=65535,
     ),
 ]
+ArmsOpt = Annotated[
+    str | None, typer.Option(help="Replay: offload,no-offload: each arm from a cold start, ABBA, a verdict.")
+]
+BaselineUrlOpt = Annotated[
+    str | None, typer.Option(help="With --arms on a server: the same server with offload off.")
+]
 ServeHostOpt = Annotated[
     str, typer.Option(help="With --serve-metrics: the address to listen on.", metavar="HOST")
 ]
@@ -148,6 +154,8 @@ def run_cmd(
     ] = None,
     serve_metrics: ServeMetricsOpt = None,
     serve_metrics_host: ServeHostOpt = "127.0.0.1",
+    arms: ArmsOpt = None,
+    baseline_url: BaselineUrlOpt = None,
 ) -> None:
     from kvbench.scenario import load_scenario, parse_cluster_flag
 
@@ -176,6 +184,12 @@ def run_cmd(
     if cluster is not None:
         overrides.update(parse_cluster_flag(cluster))
     scn, _ = load_scenario(scenario, overrides)
+    if arms is not None:  # kvbench.run.arms_run: one run per arm, then the verdict
+        from kvbench.run.arms_run import arms_cmd
+
+        raise typer.Exit(
+            arms_cmd(scenario, overrides, arms, baseline_url, output_dir, quiet, allow_unverified_cold)
+        )
     flags: dict[str, Any] = {"output_dir": output_dir, "quiet": quiet, "report": not no_report}
     serve = None if serve_metrics is None else (serve_metrics_host, serve_metrics)
     code = execute(scn, **flags, allow_unverified_cold=allow_unverified_cold, serve_metrics=serve)
