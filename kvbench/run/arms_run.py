@@ -113,18 +113,20 @@ def run_arms(load: Any, arms: list[Arm], output_dir: Path, opts: dict[str, Any])
 def arms_cmd(
     scenario: str,
     overrides: dict[str, Any],
-    text: str,
-    baseline_url: str | None,
+    arms: tuple[str | None, str | None],
     output_dir: Path,
     quiet: bool,
     allow_unverified_cold: bool,
 ) -> int:
-    """`kvbench run replay --arms`: plan (refusals before anything is sent), then run the arms."""
+    """`kvbench run replay --arms` (`arms`: its value and --baseline-url): plan (refusals before
+    anything is sent), then run the arms."""
     from kvbench.scenario import load_scenario
 
     def load(extra: dict[str, Any]) -> Any:
         return load_scenario(scenario, {**overrides, **extra})[0]
 
+    text, baseline_url = arms
+    assert text is not None
     planned = plan_arms(load({}), text, baseline_url)
     opts = {"quiet": quiet, "allow_unverified_cold": allow_unverified_cold}
     return run_arms(load, planned, output_dir, opts)

@@ -78,6 +78,22 @@ ServeMetricsOpt = Annotated[
         max=65535,
     ),
 ]
+
+
+def run_arms_if_asked(
+    scenario: str,
+    overrides: dict[str, Any],
+    arms: tuple[str | None, str | None],
+    flags: dict[str, Any],
+    allow: bool,
+) -> None:
+    """With --arms: one run per arm, then the verdict (kvbench.run.arms_run); exits when done."""
+    if arms[0] is not None:
+        from kvbench.run.arms_run import arms_cmd
+
+        raise typer.Exit(arms_cmd(scenario, overrides, arms, flags["output_dir"], flags["quiet"], allow))
+
+
 ArmsOpt = Annotated[
     str | None, typer.Option(help="Replay: offload,no-offload: each arm from a cold start, ABBA, a verdict.")
 ]
@@ -184,13 +200,8 @@ def run_cmd(
     if cluster is not None:
         overrides.update(parse_cluster_flag(cluster))
     scn, _ = load_scenario(scenario, overrides)
-    if arms is not None:  # kvbench.run.arms_run: one run per arm, then the verdict
-        from kvbench.run.arms_run import arms_cmd
-
-        raise typer.Exit(
-            arms_cmd(scenario, overrides, arms, baseline_url, output_dir, quiet, allow_unverified_cold)
-        )
     flags: dict[str, Any] = {"output_dir": output_dir, "quiet": quiet, "report": not no_report}
+    run_arms_if_asked(scenario, overrides, (arms, baseline_url), flags, allow_unverified_cold)
     serve = None if serve_metrics is None else (serve_metrics_host, serve_metrics)
     code = execute(scn, **flags, allow_unverified_cold=allow_unverified_cold, serve_metrics=serve)
     raise typer.Exit(code)
