@@ -64,6 +64,19 @@ def test_arms_offload_vs_no_offload(tmp_path: Path) -> None:
     assert rows["hit share G4"]["offload"] == pytest.approx(hit["offload"])
     assert rows["hit share G4"]["other"] == 0 and rows["hit share G1"]["other"] == pytest.approx(hit["other"])
     assert "| hit ratio | no-offload |" in result.stdout
+    # compare of one offload and one no-offload run: the hit ratio change with its interval, binned lengths
+    dirs = [a["run_dir"] for a in doc["arms"][:2]]
+    out = tmp_path / "cmp"
+    cmp = subprocess.run(
+        [*KVBENCH, "compare", *dirs, "--out", str(out), "-q"], capture_output=True, text=True
+    )
+    assert cmp.returncode == 0, cmp.stderr
+    md = (out / "compare.md").read_text()
+    (hit_line,) = [ln for ln in md.splitlines() if ln.startswith("| hit ratio |")]
+    assert "(no-offload)" in hit_line and "| yes |" in hit_line
+    lengths = [ln for ln in md.splitlines() if "TTFT p50 at" in ln]
+    assert 0 < len(lengths) <= 8 and all(" tokens (ms)" in ln and "-" in ln for ln in lengths)
+    assert not any("| cached" in ln for ln in lengths)  # labelled by the arm
 
 
 def test_arms_refused_on_a_server_without_baseline_url(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from kvbench.report.core.goodput import is_good, wilson
 from kvbench.report.core.stats import DEFAULT_SEED, N_BOOT, bootstrap_ratio_ci
 
 REFERENCE = "offload"
+ARMS = ("offload", "no-offload", "no-reuse")  # as kvbench.run.arms names them (report reads no run code)
 Rows = Sequence[Mapping[str, Any]]
 
 
@@ -117,14 +118,15 @@ def verdict_rows(
     arms: Mapping[str, Rows],
     bounds: Mapping[str, float],
     tiers: Mapping[str, Mapping[str, float]] | None = None,
+    reference: str = REFERENCE,
 ) -> list[dict[str, Any]]:
-    """The verdict table: every arm other than `offload` set against it, figure by figure."""
-    if REFERENCE not in arms:
+    """The verdict table: every arm other than `reference` (offload) set against it, figure by figure."""
+    if reference not in arms:
         return []
-    ref = arms[REFERENCE]
+    ref = arms[reference]
     out: list[dict[str, Any]] = []
     for arm, rows in arms.items():
-        if arm == REFERENCE:
+        if arm == reference:
             continue
         ha, hb = hit_ratio(ref), hit_ratio(rows)
         out.append(
@@ -137,10 +139,10 @@ def verdict_rows(
                 _hit_diff_ci(ref, rows),
             )
         )
-        for tier in sorted(set((tiers or {}).get(REFERENCE, {})) | set((tiers or {}).get(arm, {}))):
+        for tier in sorted(set((tiers or {}).get(reference, {})) | set((tiers or {}).get(arm, {}))):
             pa = sum(int(r.get("prompt_tokens") or 0) for r in _ok(ref))
             pb = sum(int(r.get("prompt_tokens") or 0) for r in _ok(rows))
-            sa = tier_shares((tiers or {}).get(REFERENCE, {}), pa).get(tier, 0.0)
+            sa = tier_shares((tiers or {}).get(reference, {}), pa).get(tier, 0.0)
             sb = tier_shares((tiers or {}).get(arm, {}), pb).get(tier, 0.0)
             out.append(_row(f"hit share {tier}", arm, sa, sb, sb - sa, None))
         out.extend(_ttft_rows(arm, _ttft(ref), _ttft(rows)))
