@@ -1,7 +1,8 @@
 """`kvbench run replay --arms ...`: the arms run one after another, each a normal run from a
 verified cold start (reset + probe, fresh salt: kvbench.run.preflight), in ABBA order, under one
 folder `arms-<stamp>/<i>-<arm>/`; then the verdict table (kvbench.report.verdict) over every arm's
-measured rows is printed and written beside them (verdict.md, verdict.json).
+measured rows is printed and written beside them (verdict.md, verdict.html, verdict.json: each
+row a report.summary_model.VerdictRow).
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ def arm_tiers(run_dir: Path, engine: str) -> dict[str, float]:
 
 
 def write_verdict(folder: Path, runs: list[tuple[str, Path]], scn: Any, engine: str) -> list[str]:
-    """verdict.json and verdict.md over the arms' runs; returns the table's lines."""
+    """verdict.json, verdict.md and verdict.html over the arms' runs; returns the table's lines."""
+    from kvbench.report.core.formats import Section, Table, to_html
     from kvbench.report.core.goodput import per_request_bounds
-    from kvbench.report.verdict.table import verdict_markdown, verdict_rows
+    from kvbench.report.summary_model import VerdictRow
+    from kvbench.report.verdict.table import HEAD, verdict_cells, verdict_markdown, verdict_rows
 
     rows: dict[str, list[dict[str, Any]]] = {}
     tiers: dict[str, dict[str, float]] = {}
@@ -68,11 +71,14 @@ def write_verdict(folder: Path, runs: list[tuple[str, Path]], scn: Any, engine: 
         for tier, tokens in arm_tiers(path, engine).items():
             tiers.setdefault(name, {})[tier] = tiers.get(name, {}).get(tier, 0.0) + tokens
     bounds = per_request_bounds(scn.slo.bounds()) if scn.slo is not None else {}
-    table = verdict_rows(rows, bounds, tiers)
+    table = [VerdictRow(**r).model_dump() for r in verdict_rows(rows, bounds, tiers)]  # the typed record
     doc = {"arms": [{"arm": n, "run_dir": str(p)} for n, p in runs], "slo": bounds, "verdict": table}
     (folder / "verdict.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
     lines = verdict_markdown(table)
     (folder / "verdict.md").write_text("# Offload verdict\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    arms = ", ".join(f"{n} ({p.name})" for n, p in runs)
+    section = Section("Offload verdict", [f"Arms in run order: {arms}."], [Table(HEAD, verdict_cells(table))])
+    (folder / "verdict.html").write_text(to_html("kvbench offload verdict", [section]), encoding="utf-8")
     return lines
 
 

@@ -48,6 +48,7 @@ def test_arms_offload_vs_no_offload(tmp_path: Path) -> None:
     assert arms == ["offload", "no-offload", "no-offload", "offload"]  # ABBA
     doc = json.loads((folder / "verdict.json").read_text())
     rows = {r["figure"]: r for r in doc["verdict"]}
+    assert "hit ratio" in (folder / "verdict.html").read_text()
     for arm in doc["arms"]:  # every arm from a verified cold start
         manifest = json.loads((Path(arm["run_dir"]) / "manifest.json").read_text())
         assert manifest["cold_start"]["verified"] is True

@@ -156,6 +156,22 @@ def _fmt(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
+HEAD = ["figure", "vs arm", "offload", "that arm", "change", "95% interval", "distinguishable"]
+
+
+def verdict_cells(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The table's cells, for report.core.formats' Table (md, html, terminal alike)."""
+    out = []
+    for r in rows:
+        ci = r["ci"]
+        ci_s = f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "—"
+        dist = {True: "yes", False: "no", None: "—"}[r["distinguishable"]]
+        out.append(
+            [r["figure"], r["arm"], _fmt(r["offload"]), _fmt(r["other"]), _fmt(r["change"]), ci_s, dist]
+        )
+    return out
+
+
 def verdict_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The table as markdown lines (the report and the console's last words)."""
     if not rows:
