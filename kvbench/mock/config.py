@@ -259,3 +259,14 @@ class FixedDelayProfile(StrictModel):
 
 
 Profile = Annotated[TieredProfile | FixedDelayProfile, Field(discriminator="kind")]
+
+
+OFFLOAD_TIERS = ("G2", "G3", "G4")
+
+
+def offload_off_overrides() -> dict[str, bool]:
+    """The profile's tiers with offload off, as `tiers.*.enabled` overrides: the GPU prefix cache
+    (G1) on, as an engine keeps it with no offloading backend, and G2-G4 not caching. A profile
+    shipped G4-only (ibm-g4, ci) has G1 off to reproduce its published test; turning offload off
+    there must not also turn prefix caching off, or the arm measures no reuse, not no offload."""
+    return {"tiers.G1.enabled": True, **{f"tiers.{t}.enabled": False for t in OFFLOAD_TIERS}}

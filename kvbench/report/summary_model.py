@@ -168,6 +168,18 @@ class PublishedComparison(_Model):
     discrepancies: list[str] = F("claims of the dataset `kvbench audit` finds inconsistent")
 
 
+class VerdictRow(_Model):
+    """One row of the offload verdict (kvbench.report.verdict.table): a figure, offload vs one arm."""
+
+    figure: str = F("hit ratio, hit share <tier>, TTFT p50 (ms), TTFT p99 (ms) or goodput at SLO")
+    arm: str = F("the arm set against offload: no-offload or no-reuse")
+    offload: float | None = F("the figure in the offload arm")
+    other: float | None = F("the figure in that arm")
+    change: float | None = F("that arm minus offload (ratios), or its relative change (TTFT)")
+    ci: list[float] | None = F("95% interval of the change")
+    distinguishable: bool | None = F("whether the interval excludes no change")
+
+
 class RunSummary(_Model):
     kvbench_report_version: int = F("summary.json format version")
     generated_at: str = F("UTC time the summary was built")
@@ -196,4 +208,7 @@ class RunSummary(_Model):
     )
     twin: TwinPrediction | None = F(
         "a run on a twin (kvbench fit): the ranges it left and the error its validation found", default=None
+    )
+    verdict: list[VerdictRow] = F(
+        "offload on vs off (and vs no reuse), one row per figure and arm", default=[]
     )

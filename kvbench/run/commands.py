@@ -109,6 +109,28 @@ DatasetOpt = Annotated[
 DatasetFormatOpt = Annotated[
     str | None, typer.Option(help="Its format (prompts.dataset_format; default: detected).")
 ]
+
+
+def run_arms_if_asked(
+    scenario: str,
+    overrides: dict[str, Any],
+    arms: tuple[str | None, str | None],
+    flags: dict[str, Any],
+    allow: bool,
+) -> None:
+    """With --arms: one run per arm, then the verdict (kvbench.run.arms_run); exits when done."""
+    if arms[0] is not None:
+        from kvbench.run.arms_run import arms_cmd
+
+        raise typer.Exit(arms_cmd(scenario, overrides, arms, flags["output_dir"], flags["quiet"], allow))
+
+
+ArmsOpt = Annotated[
+    str | None, typer.Option(help="Replay: offload,no-offload: each arm from a cold start, ABBA, a verdict.")
+]
+BaselineUrlOpt = Annotated[
+    str | None, typer.Option(help="With --arms on a server: the same server with offload off.")
+]
 ServeHostOpt = Annotated[
     str, typer.Option(help="With --serve-metrics: the address to listen on.", metavar="HOST")
 ]
@@ -181,6 +203,8 @@ def run_cmd(
     cluster: ClusterOpt = None,
     serve_metrics: ServeMetricsOpt = None,
     serve_metrics_host: ServeHostOpt = "127.0.0.1",
+    arms: ArmsOpt = None,
+    baseline_url: BaselineUrlOpt = None,
 ) -> None:
     from kvbench.scenario import parse_cluster_flag
 
@@ -220,6 +244,7 @@ def run_cmd(
         overrides.update(parse_cluster_flag(cluster))
     scn = _with_dataset_trace(scenario, overrides, output_dir)
     flags: dict[str, Any] = {"output_dir": output_dir, "quiet": quiet, "report": not no_report}
+    run_arms_if_asked(scenario, overrides, (arms, baseline_url), flags, allow_unverified_cold)
     serve = None if serve_metrics is None else (serve_metrics_host, serve_metrics)
     code = execute(scn, **flags, allow_unverified_cold=allow_unverified_cold, serve_metrics=serve)
     raise typer.Exit(code)

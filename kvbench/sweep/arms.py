@@ -3,8 +3,9 @@ same server with offload off, so what offload costs when everything fits in GPU 
 measured, not assumed.
 
 Arm B is the point's scenario with `--baseline-url` as its base URL and `--baseline-set` on top;
-`--baseline-offload-off` is the embedded mock's shorthand (tiers G2-G4 not caching, merged into
-the point's own mock overrides). The overhead is A over B minus one: of the measured TTFT p50
+`--baseline-offload-off` is the embedded mock's shorthand (its GPU prefix cache G1 on, tiers G2-G4
+not caching: kvbench.mock.config.offload_off_overrides, merged into the point's own mock
+overrides). The overhead is A over B minus one: of the measured TTFT p50
 (bootstrap 95% interval, both runs resampled), and of the mock's modelled TTFT p50 (what its
 model charges each request alone for the tokens it computed and the bytes it onboarded, per its
 ground truth: free of this machine's load) where there is one.
@@ -19,9 +20,6 @@ from kvbench.configfile import Raw, parse_set
 from kvbench.errors import UsageError
 from kvbench.sweep.points import measured_rows, modelled_ttft
 from kvbench.sweep.state import BaselinePlan
-
-OFFLOAD_TIERS = ("G2", "G3", "G4")
-OFFLOAD_OFF = {f"tiers.{t}.enabled": False for t in OFFLOAD_TIERS}
 
 
 def baseline_plan(url: str | None, sets: list[str], offload_off: bool) -> BaselinePlan | None:
@@ -41,19 +39,21 @@ def baseline_overrides(baseline: BaselinePlan) -> dict[str, Any]:
 
 
 def offload_off_overrides(scn: Any) -> dict[str, Any]:
-    """The embedded mock's overrides with G2-G4 not caching; one line when there is no such mock."""
+    """The embedded mock's overrides with G1 on and G2-G4 not caching; one line when there is no
+    such mock."""
     if scn.target.base_url is not None:
         raise UsageError(
             "--baseline-offload-off: turns off the embedded mock's tiers; for a server give "
             "--baseline-url (the same server with offload off)"
         )
     from kvbench.mock.config import TieredProfile
+    from kvbench.mock.config import offload_off_overrides as mock_offload_off
     from kvbench.mock.profiles import load_profile
 
     name = scn.target.mock_profile
     if not isinstance(load_profile(name), TieredProfile):
         raise UsageError(f"--baseline-offload-off: mock profile {name} has no cache tiers")
-    return {"target.mock_overrides": {**scn.target.mock_overrides, **OFFLOAD_OFF}}
+    return {"target.mock_overrides": {**scn.target.mock_overrides, **mock_offload_off()}}
 
 
 def _ratio(a: list[float], b: list[float]) -> tuple[float | None, tuple[float, float] | None]:

@@ -81,7 +81,7 @@ def sweep_cmd(
     ] = None,
     baseline_url: Annotated[str | None, typer.Option(help="Arm B: the same server, offload off.")] = None,
     baseline_set: Annotated[list[str] | None, typer.Option(help="Arm B: FIELD=V on each point.")] = None,
-    baseline_offload_off: Annotated[bool, typer.Option(help="Arm B: the mock, G2-G4 off.")] = False,
+    baseline_offload_off: Annotated[bool, typer.Option(help="Arm B: the mock, G1 on, G2-G4 off.")] = False,
 ) -> None:
     import asyncio
 

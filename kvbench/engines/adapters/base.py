@@ -15,6 +15,8 @@ engine-specific that the run needs is asked of the adapter, never hand-dispatche
   every timed request)
 - tiers: `evict_fast_tiers()`, `pin_request()`, `save_slot()` / `erase_slot()` /
   `restore_slot()`, `disk_round_trip()`; an engine without one raises `TierUnsupported`.
+- offload arms: `offload_off_overrides()` (a switch the run can flip itself, or None) and
+  `offload_off_how` (how to restart the engine with the GPU prefix cache on, offload off)
 - tier sizes: `capacity_paths` (GETs) and `tier_capacities()` (what their answers say each tier
   holds, for the tier-cliff map's prediction); `tier_of_source` names the tier a hit came from by
   `tier_counter`'s label value.
@@ -153,6 +155,14 @@ class EngineAdapter:
     fast_tier_reset_path: ClassVar[str | None] = None  # empties the fast tiers, keeps the lower ones
     capacity_paths: ClassVar[tuple[str, ...]] = ()  # GETs whose answers tier_capacities() reads
     tier_of_source: ClassVar[Mapping[str, str]] = {}  # tier_counter label value -> G1..G4
+    # -- offload arms: how to serve this engine with its GPU prefix cache on and offload off
+    offload_off_how: ClassVar[str] = "the same server started without its offload tiers"
+
+    def offload_off_overrides(self) -> dict[str, Any] | None:
+        """Embedded-mock overrides (`target.mock_overrides` keys) that turn offload off and keep the
+        GPU prefix cache, without a restart; None: the server must be restarted as `offload_off_how`
+        says (kvbench.run.arms then asks for that server's URL)."""
+        return None
 
     @property
     def engine(self) -> str:

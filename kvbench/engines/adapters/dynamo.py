@@ -15,6 +15,9 @@ KVBM_NAMES = (
 @register
 class DynamoAdapter(EngineAdapter):
     name = "dynamo"
+    offload_off_how = (
+        "the Dynamo worker without KVBM (DYN_KVBM_CPU_CACHE_GB / DISK unset; GPU prefix cache on)"
+    )
     description = "NVIDIA Dynamo"
     reset_method = "POST"
     reset_path = "/clear_kv_blocks"

@@ -63,6 +63,7 @@ async def slot_action(
 @register
 class LlamacppAdapter(EngineAdapter):
     name = "llamacpp"
+    offload_off_how = "llama-server with --cache-ram 0 and no --slot-save-path (slot KV, the G1, stays)"
     description = "llama.cpp's llama-server"
     reset_method = "POST"
     reset_path = "/slots/{slot}?action=erase"

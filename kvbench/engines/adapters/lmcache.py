@@ -15,6 +15,9 @@ from kvbench.engines.adapters.registry import register
 @register
 class LmcacheAdapter(EngineAdapter):
     name = "lmcache"
+    offload_off_how = (
+        "vLLM + LMCache with LMCACHE_LOCAL_CPU=False and no LMCACHE_LOCAL_DISK (GPU prefix cache on)"
+    )
     description = "LMCache"
     reset_method = "DELETE"
     reset_path = "/cache/clear"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kvbench.engines.adapters.base import EngineAdapter, GaugeRef, TransferCounter
 from kvbench.engines.adapters.registry import register
@@ -34,6 +34,13 @@ class MockAdapter(EngineAdapter):
     queue_gauges: ClassVar[tuple[GaugeRef, ...]] = (
         GaugeRef("vllm:num_requests_waiting", "requests", source="kvbench/mock/metrics.py"),
     )
+    offload_off_how = "the embedded mock with G1 on and G2-G4 off (kvbench.mock.config.offload_off_overrides)"
     kv_usage_gauges: ClassVar[tuple[GaugeRef, ...]] = (
         GaugeRef("kvbench_mock_tier_used_bytes", "bytes", (("tier", "G1"),), "kvbench/mock/metrics.py"),
     )
+
+    def offload_off_overrides(self) -> dict[str, Any] | None:
+        """The mock's own answer (G1 on, G2-G4 not caching): its profile handling owns the tiers."""
+        from kvbench.mock.config import offload_off_overrides
+
+        return dict(offload_off_overrides())

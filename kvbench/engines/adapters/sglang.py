@@ -11,6 +11,7 @@ from kvbench.engines.adapters.registry import register
 @register
 class SglangAdapter(EngineAdapter):
     name = "sglang"
+    offload_off_how = "sglang without --enable-hierarchical-cache (RadixAttention's GPU cache stays on)"
     description = "SGLang"
     reset_method = "POST"
     reset_path = "/flush_cache"

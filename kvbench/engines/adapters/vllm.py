@@ -17,6 +17,9 @@ TIERING_METRICS = "vllm/v1/kv_offload/tiering/base.py (TieringOffloadingMetrics)
 @register
 class VllmAdapter(EngineAdapter):
     name = "vllm"
+    offload_off_how = (
+        "vllm serve without --kv-transfer-config / --kv-offloading-backend (the GPU prefix cache stays on)"
+    )
     description = "vLLM (reset needs VLLM_SERVER_DEV_MODE=1)"
     reset_method = "POST"
     reset_path = "/reset_prefix_cache"  # only with VLLM_SERVER_DEV_MODE=1; 200 {"success": false} = not done
