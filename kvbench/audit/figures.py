@@ -56,6 +56,7 @@ class Figures:
     def __init__(self, cf: ClaimsFile, invalid: Mapping[str, Problem] | None = None) -> None:
         self.cf = cf
         self.invalid: dict[str, Problem] = dict(invalid or {})
+        self._exact: tuple[tuple[object, ...], dict[str, Interval] | None] | None = None
         ok = [f for f in cf.figures if f.id not in self.invalid]
         self.units = {f.id: parse_unit(f.unit, cf.units) for f in ok}
         self.trees: dict[str, ast.Expression] = {
@@ -112,7 +113,15 @@ class Figures:
 
     def exact_env(self) -> dict[str, Interval] | None:
         """`env` in Fractions (printed figures as written, exact unit factors), for verdicts at
-        rounding edges; None when a derived figure cannot be computed so."""
+        rounding edges; None when a derived figure cannot be computed so. Kept while no figure's
+        value changes: each claim asks for it, and in Fractions it costs a file's size each time."""
+        key = tuple((fid, fv.kind, fv.decimals, fv.interval) for fid, fv in self.values.items())
+        if self._exact is not None and self._exact[0] == key:
+            return self._exact[1]
+        self._exact = (key, self._exact_env())
+        return self._exact[1]
+
+    def _exact_env(self) -> dict[str, Interval] | None:
         out: dict[str, Interval] = {}
         for fid, fv in self.values.items():
             if fid in self.trees or fv.interval is None:

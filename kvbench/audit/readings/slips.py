@@ -169,7 +169,7 @@ def count_relabel(s: Search, rc: Interval) -> None:
     """A count in the claim's unit swapped for another through a ratio of the paper's (Y per X)."""
     dims = dict(s.unit.dims)
     counted = set(COUNTS) | set(s.figs.cf.units)
-    for q in pool(s.figs):
+    for q in pool(s.figs, s.scope):
         qd = dict(q.unit.dims)
         if len(qd) != 2 or sorted(qd.values()) != [-1, 1] or not set(qd) <= counted:
             continue
