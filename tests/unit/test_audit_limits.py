@@ -12,7 +12,13 @@ from kvbench.audit.units import UnitError, parse_unit
 
 
 def _doc(figures, claims=(), **more):
-    return {"schema": "kvbench-claims/1", "name": "t", "figures": list(figures), "claims": list(claims), **more}
+    return {
+        "schema": "kvbench-claims/1",
+        "name": "t",
+        "figures": list(figures),
+        "claims": list(claims),
+        **more,
+    }
 
 
 def test_exponent_without_dot_or_sign_is_a_number(tmp_path):
@@ -45,7 +51,10 @@ def test_count_and_counted_words_are_counts(unit):
 
 
 def test_declared_units_still_add_names():
-    doc = _doc([{"id": "w", "value": 4, "unit": "widgets"}], [{"id": "c", "expr": "w", "stated": 4, "unit": "widgets"}])
+    doc = _doc(
+        [{"id": "w", "value": 4, "unit": "widgets"}],
+        [{"id": "c", "expr": "w", "stated": 4, "unit": "widgets"}],
+    )
     assert audit(parse_claims({**doc, "units": ["widgets"]})).claims[0].verdict == "consistent"
 
 
@@ -83,3 +92,11 @@ def test_a_big_file_keeps_the_claims_own_reading():
     small, big = (audit(parse_claims(_many(n))).claims[0] for n in (10, 1500))
     assert small.verdict == big.verdict == "discrepancy"
     assert [r.text for r in small.readings] == [r.text for r in big.readings]
+
+
+def test_text_that_is_no_number_is_not_told_to_lose_its_quotes(tmp_path):
+    p = tmp_path / "t.yaml"
+    p.write_text("schema: kvbench-claims/1\nname: t\nfigures:\n  - id: n\n    value: 2,400\n    unit: s\n")
+    with pytest.raises(Exception, match="write digits only") as exc:
+        load_claims(p)
+    assert "quotes" not in str(exc.value)

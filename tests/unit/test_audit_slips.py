@@ -98,7 +98,10 @@ def test_a_ratio_written_as_the_increase_gets_the_reverse_reading():
     doc = {
         "schema": "kvbench-claims/1",
         "name": "t",
-        "figures": [{"id": "a", "value": 400, "unit": "tokens/s"}, {"id": "b", "value": 2500, "unit": "tokens/s"}],
+        "figures": [
+            {"id": "a", "value": 400, "unit": "tokens/s"},
+            {"id": "b", "value": 2500, "unit": "tokens/s"},
+        ],
         "claims": [{"id": "inc", "expr": "percent_increase(a, b)", "stated": 625, "unit": "%"}],
     }
     c = audit(parse_claims(doc)).claims[0]

@@ -37,7 +37,7 @@ def _device_counts(s: Search) -> list[tuple[str, str, float]]:
             continue
         word = u.dims[0][0]
         n = fv.interval.mid * u.factor
-        if (word in DEVICES or word in s.figs.cf.units and word not in MONEY) and n > 1:
+        if (word in DEVICES or (word in s.figs.cf.units and word not in MONEY)) and n > 1:
             out.append((fid, word, n))
     return out
 
@@ -88,7 +88,9 @@ def percent_ratio(s: Search, rc: Interval) -> None:
     own = tuple(sorted(s.claim_figs))
     if s.unit.is_ratio and s.claim.unit.strip() == "x" and rc.mid > 1:
         v = rc - Interval.exact(1.0)
-        text = f"the increase ({fmt_num(v.mid * 100, 1)}%) restated as a ratio, not the ratio {fmt_num(rc.mid)}x"
+        text = (
+            f"the increase ({fmt_num(v.mid * 100, 1)}%) restated as a ratio, not the ratio {fmt_num(rc.mid)}x"
+        )
         s.add(text, f"the increase as a ratio ({fmt_num(v.mid)}x)", v, "x", own, 0, True, "percent_ratio")
     elif s.unit.is_percent and call in _CHANGES:
         v = rc + Interval.exact(100.0)
@@ -110,7 +112,9 @@ def binary_decimal(s: Search, rc: Interval) -> None:
                 continue
             text = f"{s.figs.show(fid)} ({fv.label}) taken as {fmt_num(fv.interval.mid)} {alt}, not {u.text}"
             brief = f"{u.text} read as {alt} ({fmt_num(v.mid)} {s.claim.unit})"
-            s.add(text, brief, v, s.claim.unit, tuple(sorted(s.claim_figs | {fid})), 0, True, "binary_decimal")
+            s.add(
+                text, brief, v, s.claim.unit, tuple(sorted(s.claim_figs | {fid})), 0, True, "binary_decimal"
+            )
 
 
 def _recomputed(s: Search, overrides: dict[str, float]) -> Interval | None:
