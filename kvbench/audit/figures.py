@@ -57,6 +57,7 @@ class Figures:
         self.cf = cf
         self.invalid: dict[str, Problem] = dict(invalid or {})
         self._exact: tuple[tuple[object, ...], dict[str, Interval] | None] | None = None
+        self._plain: tuple[tuple[object, ...], dict[str, Interval]] | None = None
         ok = [f for f in cf.figures if f.id not in self.invalid]
         self.units = {f.id: parse_unit(f.unit, cf.units) for f in ok}
         self.trees: dict[str, ast.Expression] = {
@@ -95,7 +96,19 @@ class Figures:
         return self.values[fid]
 
     def env(self, overrides: Mapping[str, float] | None = None) -> dict[str, Interval]:
-        """Base-unit values of every figure that has one; with `overrides`, derived ones recomputed."""
+        """Base-unit values of every figure that has one; with `overrides`, derived ones recomputed.
+        Without overrides, kept while no value changes (each claim asks; a copy, callers may edit it)."""
+        if overrides is None:
+            key = self._key()
+            if self._plain is None or self._plain[0] != key:
+                self._plain = (key, self._env(None))
+            return dict(self._plain[1])
+        return self._env(overrides)
+
+    def _key(self) -> tuple[object, ...]:
+        return tuple((fid, fv.kind, fv.decimals, fv.interval) for fid, fv in self.values.items())
+
+    def _env(self, overrides: Mapping[str, float] | None) -> dict[str, Interval]:
         out: dict[str, Interval] = {}
         for fid, fv in self.values.items():
             if fid in self.trees and overrides is not None:
@@ -115,7 +128,7 @@ class Figures:
         """`env` in Fractions (printed figures as written, exact unit factors), for verdicts at
         rounding edges; None when a derived figure cannot be computed so. Kept while no figure's
         value changes: each claim asks for it, and in Fractions it costs a file's size each time."""
-        key = tuple((fid, fv.kind, fv.decimals, fv.interval) for fid, fv in self.values.items())
+        key = self._key()
         if self._exact is not None and self._exact[0] == key:
             return self._exact[1]
         self._exact = (key, self._exact_env())
