@@ -15,6 +15,7 @@ does per claim (the pool of pairs is quadratic in its figures).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvbench.audit.expr import expr_names, parse_expr
@@ -44,9 +45,9 @@ def pool(figs: Figures, scope: set[str] | None = None) -> list[Quantity]:
     """Every figure (of `scope`), plus a/b and a*b of two of them when the result has a unit the file
     uses."""
     base = []
-    for fv in figs.values.values():
-        if scope is not None and fv.id not in scope:
-            continue
+    ids = list(figs.values) if scope is None else sorted(scope, key=_place(figs))
+    chosen = [figs.values[f] for f in ids]
+    for fv in chosen:
         if fv.interval is None or not math.isfinite(fv.interval.mid) or fv.interval.mid == 0:
             continue
         u = figs.units[fv.id]
@@ -97,6 +98,15 @@ def _expr_related(figs: Figures, claim_figs: set[str]) -> set[str]:
 def _tag_related(figs: Figures, claim_figs: set[str]) -> set[str]:
     tags = set().union(*(figs[f].tags for f in claim_figs if f in figs.values)) if claim_figs else set()
     return {fv.id for fv in figs.values.values() if fv.tags & tags}
+
+
+def _place(figs: Figures) -> Callable[[str], int]:
+    """A figure's place in the file (the pool keeps file order, whatever the scope)."""
+    cached: dict[str, int] | None = getattr(figs, "_places", None)
+    if cached is None:
+        cached = {f: i for i, f in enumerate(figs.values)}
+        figs._places = cached  # type: ignore[attr-defined]
+    return cached.__getitem__
 
 
 def related_set(figs: Figures, claim_figs: set[str]) -> set[str]:
