@@ -77,18 +77,18 @@ def read_yaml(
     return data
 
 
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
-    """Nodes the document has once aliases are expanded (what a validator would walk)."""
+def _expanded_size(node: yaml.Node, memo: dict[int, int], cap: int = MAX_EXPANDED_NODES) -> int:
+    """Nodes the document has once aliases are expanded (what a validator would walk), up to cap + 1."""
     key = id(node)
     if key in memo:
         return memo[key]
     memo[key] = 1  # a recursive alias counts once instead of looping
     size = 1
     if isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded_size(child, memo) for child in node.value)
+        size += sum(_expanded_size(child, memo, cap) for child in node.value)
     elif isinstance(node, yaml.MappingNode):
-        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
-    memo[key] = size = min(size, MAX_EXPANDED_NODES + 1)
+        size += sum(_expanded_size(k, memo, cap) + _expanded_size(v, memo, cap) for k, v in node.value)
+    memo[key] = size = min(size, cap + 1)
     return size
 
 
@@ -99,9 +99,14 @@ def safe_load_bounded(text: str, loader_class: type[yaml.SafeLoader] = yaml.Safe
         node = loader.get_single_node()
         if node is None:
             return None
-        if _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+        # only what aliases add counts: a big file of plain values is bounded by its size alone
+        memo: dict[int, int] = {}
+        _expanded_size(node, memo, cap=2**62)  # memo now holds each written node once
+        written = len(memo)
+        if _expanded_size(node, {}, cap=written + MAX_EXPANDED_NODES) > written + MAX_EXPANDED_NODES:
             raise yaml.YAMLError(
-                f"the document expands to more than {MAX_EXPANDED_NODES:,} nodes (YAML aliases); refusing"
+                f"YAML aliases: the document expands to more than {MAX_EXPANDED_NODES:,} nodes beyond "
+                f"the {written:,} written (an alias bomb); refusing"
             )
         return loader.construct_document(node)
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Mapping
+from operator import attrgetter
 
 from kvbench.audit.checks import Problem, derived_order
 from kvbench.audit.expr import ExprError, eval_expr, expr_names, parse_expr, solve_scalar
@@ -50,12 +51,17 @@ def model_value(geo: KVGeometry, what: str) -> float:
     return values.get(what, float(geo.sliding_window or math.nan))
 
 
+_INTERVAL, _KIND = attrgetter("interval"), attrgetter("kind")
+
+
 class Figures:
     """The figure values of one claims file, with their expressions and provenance."""
 
     def __init__(self, cf: ClaimsFile, invalid: Mapping[str, Problem] | None = None) -> None:
         self.cf = cf
         self.invalid: dict[str, Problem] = dict(invalid or {})
+        self._exact: tuple[tuple[object, ...], dict[str, Interval] | None] | None = None
+        self._plain: tuple[tuple[object, ...], dict[str, Interval]] | None = None
         ok = [f for f in cf.figures if f.id not in self.invalid]
         self.units = {f.id: parse_unit(f.unit, cf.units) for f in ok}
         self.trees: dict[str, ast.Expression] = {
@@ -94,7 +100,20 @@ class Figures:
         return self.values[fid]
 
     def env(self, overrides: Mapping[str, float] | None = None) -> dict[str, Interval]:
-        """Base-unit values of every figure that has one; with `overrides`, derived ones recomputed."""
+        """Base-unit values of every figure that has one; with `overrides`, derived ones recomputed.
+        Without overrides, kept while no value changes (each claim asks; a copy, callers may edit it)."""
+        if overrides is None:
+            key = self._key()
+            if self._plain is None or self._plain[0] != key:
+                self._plain = (key, self._env(None))
+            return dict(self._plain[1])
+        return self._env(overrides)
+
+    def _key(self) -> tuple[object, ...]:
+        vals = self.values.values()  # attrgetter: this runs once per claim over the whole file
+        return (tuple(map(_INTERVAL, vals)), tuple(map(_KIND, vals)))
+
+    def _env(self, overrides: Mapping[str, float] | None) -> dict[str, Interval]:
         out: dict[str, Interval] = {}
         for fid, fv in self.values.items():
             if fid in self.trees and overrides is not None:
@@ -112,7 +131,15 @@ class Figures:
 
     def exact_env(self) -> dict[str, Interval] | None:
         """`env` in Fractions (printed figures as written, exact unit factors), for verdicts at
-        rounding edges; None when a derived figure cannot be computed so."""
+        rounding edges; None when a derived figure cannot be computed so. Kept while no figure's
+        value changes: each claim asks for it, and in Fractions it costs a file's size each time."""
+        key = self._key()
+        if self._exact is not None and self._exact[0] == key:
+            return self._exact[1]
+        self._exact = (key, self._exact_env())
+        return self._exact[1]
+
+    def _exact_env(self) -> dict[str, Interval] | None:
         out: dict[str, Interval] = {}
         for fid, fv in self.values.items():
             if fid in self.trees or fv.interval is None:

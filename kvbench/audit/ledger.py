@@ -217,7 +217,9 @@ GENERAL_ASSUMPTIONS = [
     "A claim is consistent when the recomputed value rounds to the stated one; 'within input rounding' "
     "means it only can for some values the printed inputs stand for.",
     "A claim that rests on an implied figure (solved from another claim, never printed) is unverifiable.",
-    "Alternative readings are searched over all figures of the file (and quantities formed by "
+    "Alternative readings are searched over the figures nearest the claim (all of a file of up to "
+    "64; in a bigger one the claim's own, the related, then those of its dimension, 64 in all) "
+    "(and quantities formed by "
     "dividing or multiplying two of them into a unit the file uses), for pairs of the same "
     "dimension; readings that involve only figures unrelated to the claim are counted, not shown.",
     "Figures are related when they appear together in a claim or derived expression, or share a `test` tag.",

@@ -12,6 +12,7 @@ item's `invalid` verdict, found when auditing (`checks.item_problems`).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,13 @@ def _int(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
 
 _Loader.add_constructor("tag:yaml.org,2002:float", _float)
 _Loader.add_constructor("tag:yaml.org,2002:int", _int)
+# PyYAML follows YAML 1.1, where a float needs a dot and a signed exponent: 2.4e9 and 1e9 would be
+# text (then refused as "quoted"). Papers write them so; read them as the numbers they are.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def read_yaml(p: Path) -> dict[str, Any]:

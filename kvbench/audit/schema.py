@@ -46,6 +46,12 @@ def _no_bool(v: Any) -> Any:
     if isinstance(v, bool):
         raise ValueError(f"a number is meant, not the yes/no value {str(v).lower()}")
     if isinstance(v, str):
+        # every unquoted number form (2.4e9 included) is read as a number, so text that is a
+        # number was quoted; other text (2,400 or 24M) is not a number at all
+        try:
+            float(v.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"a number is meant, not the text {v[:20]!r} (write digits only)") from None
         raise ValueError(f"a number is meant, not the text {v[:20]!r} (write it without quotes)")
     return v
 

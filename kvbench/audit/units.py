@@ -48,11 +48,34 @@ COUNTS: dict[str, tuple[str, ...]] = {
     "users": ("user",),
     "blocks": ("block",),
     "steps": ("step",),
+    # plain counted words of benchmark papers, so older files need no `units:` for them
+    "sessions": ("session",),
+    "batches": ("batch",),
+    "queries": ("query",),
+    "turns": ("turn",),
+    "conversations": ("conversation",),
+    "iterations": ("iteration", "iter"),
+    "samples": ("sample",),
+    "documents": ("document", "doc", "docs"),
+    "experts": ("expert",),
+    "replicas": ("replica",),
+    "workers": ("worker",),
+    "instances": ("instance",),
+    "pages": ("page",),
+    "chunks": ("chunk",),
+    "calls": ("call",),
+    "jobs": ("job",),
+    "tasks": ("task",),
+    "runs": ("run",),
+    "trials": ("trial",),
+    "images": ("image",),
 }
 _DIMENSIONLESS = {"": Fraction(1), "x": Fraction(1), "%": Fraction(1, 100), "1": Fraction(1)}
 _DIMENSIONLESS["percent"] = _DIMENSIONLESS["%"]
+# "count" is how many papers label a plain number of things: the same as "1"
+_DIMENSIONLESS["count"] = _DIMENSIONLESS["counts"] = _DIMENSIONLESS["1"]
 #: words a writer uses for a plain number; the fix is the unit "1"
-_PLAIN_WORDS = {"count", "counts", "number", "num", "#", "n", "items", "times", "ratio", "fraction"}
+_PLAIN_WORDS = {"number", "num", "#", "n", "items", "times", "ratio", "fraction"}
 
 
 class UnitError(ValueError):
@@ -61,6 +84,11 @@ class UnitError(ValueError):
     def __init__(self, message: str, fix: str | None = None) -> None:
         super().__init__(message)
         self.fix = fix
+
+
+def _measure_words() -> set[str]:
+    words = set(_TIME) | set(_TIME_WORDS) | set(_BYTE_WORDS)
+    return words | {p + "B" for p in (*_PREFIX, *_BINARY)} | {p + "bit" for p in _PREFIX}
 
 
 def builtin_words() -> list[str]:
@@ -89,6 +117,9 @@ def known_units() -> str:
     )
 
 
+_MEASURES = _measure_words()
+
+
 def count_word(name: str, extra: frozenset[str]) -> str | None:
     if name in COUNTS or name in extra:
         return name
@@ -107,10 +138,21 @@ def singular(word: str) -> str:
 def _unknown(name: str, extra: frozenset[str]) -> UnitError:
     if name.lower() in _PLAIN_WORDS:
         return UnitError(f"unknown unit '{name}': a plain number has the unit \"1\"", '"1"')
-    close = difflib.get_close_matches(name, [*builtin_words(), *extra], n=1, cutoff=0.6)
+    # a long word must be close: with ~100 counted words, "furlongs" is 0.6 from "turns"
+    cutoff = 0.6 if len(name) <= 4 else 0.7
+    close = difflib.get_close_matches(name, _same_kind(name, [*builtin_words(), *extra]), n=1, cutoff=cutoff)
     if close:
         return UnitError(f"unknown unit '{name}': did you mean '{close[0]}'?", close[0])
     return UnitError(f"unknown unit '{name}': declare it under `units:` or see `kvbench audit --units`")
+
+
+def _same_kind(name: str, words: list[str]) -> list[str]:
+    """The words a hint may offer for `name`: a longer word is a counted thing unless it begins
+    like a time or byte word ("sessions" is not a misspelt "seconds"; "secnds" is)."""
+    if len(name) <= 4:
+        return words
+    counted = {w for p, forms in COUNTS.items() for w in (p, *forms)}
+    return [w for w in words if w in counted or w not in _MEASURES or w[:3].lower() == name[:3].lower()]
 
 
 def _atom(name: str, extra: frozenset[str]) -> tuple[dict[str, int], Fraction]:

@@ -151,3 +151,26 @@ def test_alias_bomb_is_refused(run_cli, tmp_path):
     bomb.write_text("\n".join(rows) + "\n")
     code, _, err = run_cli("audit", str(bomb))
     assert code == 2 and "expands to more than" in err
+
+
+def _plain_figures(n: int) -> str:
+    rows = [f"  - {{id: f{i}, value: {i + 1}, unit: s, test: t{i % 50}}}" for i in range(n)]
+    claims = "  - {id: c0, expr: 'f0', stated: 1, unit: s}"
+    return "schema: kvbench-claims/1\nname: big\nfigures:\n" + "\n".join(rows) + "\nclaims:\n" + claims + "\n"
+
+
+def test_a_big_file_of_plain_figures_is_not_an_alias_bomb(tmp_path):
+    # 9,000 figures are over 100,000 YAML nodes, none of them an alias: only the size limit applies
+    from kvbench.audit import audit, load_claims
+
+    big = tmp_path / "big.yaml"
+    big.write_text(_plain_figures(9000))
+    led = audit(load_claims(big))
+    assert len(led.figures) == 9000 and [c.verdict for c in led.claims] == ["consistent"]
+
+
+def test_the_size_limit_says_it_is_the_size(run_cli, tmp_path):
+    big = tmp_path / "huge.yaml"
+    big.write_text(_plain_figures(30000))
+    code, _, err = run_cli("audit", str(big))
+    assert code == 2 and "bytes; claims files are limited to" in err and "alias" not in err

@@ -30,6 +30,12 @@ KEY = {
     "dropped_multiplier.yaml": {
         "per-gpu": ("dropped_multiplier", 40.0, "a total over the 4 GPUs, not per GPU")
     },
+    "per_device.yaml": {"node-net": ("per_device", 200.0, "a per-GPU figure stated for all 8 GPUs")},
+    "device_price.yaml": {
+        "cost-per-m": ("device_price", 400 / 7.2, "a one-GPU price set against the rate of all 8 GPUs")
+    },
+    "percent_ratio.yaml": {"speedup": ("percent_ratio", 5.25, "restated as a ratio, not the ratio 6.250x")},
+    "binary_decimal.yaml": {"tokens-held": ("binary_decimal", 2e12 / 163840 / 1e6, "taken as 2 TB, not TiB")},
 }
 #: the kinds the papers under tests/data/claims/papers/ and planted.yaml already cover
 COVERED_ELSEWHERE = {"relative_base", "inverse", "sibling_unit"}
@@ -73,3 +79,31 @@ def test_clean_paper_gets_no_slip_reading():
     # the slips only ever run on a discrepancy, and a clean paper has none
     led = audit(load_claims(DATA / "papers" / "paper_c_clean.yaml"))
     assert all(c.verdict == "consistent" and not c.readings for c in led.claims)
+
+
+def test_a_count_in_the_claims_own_arithmetic_is_not_a_bits_bytes_coincidence():
+    # 1,600 Gbit/s is also 200 GB/s (the same x8): the 8 GPUs the claim multiplies by explain it
+    readings = _claims("per_device.yaml")["node-net"].readings
+    assert [r.slip for r in readings] == ["per_device"]
+
+
+def test_the_increase_and_its_ratio_are_told_apart():
+    claims = _claims("percent_ratio.yaml")
+    assert claims["increase"].verdict == "consistent" and not claims["increase"].readings
+
+
+def test_a_ratio_written_as_the_increase_gets_the_reverse_reading():
+    from kvbench.audit import parse_claims
+
+    doc = {
+        "schema": "kvbench-claims/1",
+        "name": "t",
+        "figures": [
+            {"id": "a", "value": 400, "unit": "tokens/s"},
+            {"id": "b", "value": 2500, "unit": "tokens/s"},
+        ],
+        "claims": [{"id": "inc", "expr": "percent_increase(a, b)", "stated": 625, "unit": "%"}],
+    }
+    c = audit(parse_claims(doc)).claims[0]
+    assert c.verdict == "discrepancy" and c.readings[0].slip == "percent_ratio"
+    assert c.readings[0].value == pytest.approx(625.0) and "written as the increase" in c.readings[0].text

@@ -11,7 +11,8 @@ from kvbench.audit.units import UnitError, known_units, parse_unit, suggest_unit
 @pytest.mark.parametrize(
     ("word", "fix"),
     [
-        ("count", '"1"'),
+        ("sessons", "sessions"),
+        ("secnds", "seconds"),
         ("number", '"1"'),
         ("tokns", "tokens"),
         ("GiBs", "GiB"),

@@ -2,13 +2,20 @@
 figures related to a claim, and the collector that keeps a reading only when it explains the
 stated value within its rounding (and does not use the stated figure itself).
 
-Used by `slips.py` (the claim's own computation read differently) and `readings.py` (other
+Used by `slips.py` (the claim's own computation read differently) and `search.py` (other
 figures, ranking).
+
+The search is bounded by construction: a claim's readings are formed only from its scope, at
+most SCOPE figures: the claim's own figures, the figures related to them (in one expression, or
+sharing a `test` tag), then figures of the claim's dimension, then the rest, in file order. A
+file of up to SCOPE figures is searched whole; a 2,000-figure file costs what a 64-figure one
+does per claim (the pool of pairs is quadratic in its figures).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvbench.audit.expr import expr_names, parse_expr
@@ -30,10 +37,17 @@ class Quantity:
     depth: int
 
 
-def pool(figs: Figures) -> list[Quantity]:
-    """Every figure, plus a/b and a*b of two figures when the result has a unit the file uses."""
+#: the most figures one claim's reading search forms quantities from
+SCOPE = 64
+
+
+def pool(figs: Figures, scope: set[str] | None = None) -> list[Quantity]:
+    """Every figure (of `scope`), plus a/b and a*b of two of them when the result has a unit the file
+    uses."""
     base = []
-    for fv in figs.values.values():
+    ids = list(figs.values) if scope is None else sorted(scope, key=_place(figs))
+    chosen = [figs.values[f] for f in ids]
+    for fv in chosen:
         if fv.interval is None or not math.isfinite(fv.interval.mid) or fv.interval.mid == 0:
             continue
         u = figs.units[fv.id]
@@ -62,18 +76,56 @@ def pool(figs: Figures) -> list[Quantity]:
     return pool
 
 
-def related_set(figs: Figures, claim_figs: set[str]) -> set[str]:
-    """Figures appearing with the claim's figures in an expression, or sharing a `test` tag."""
-    ids = list(figs.values)
-    groups = [{fid, *expr_names(tree)} for fid, tree in figs.trees.items()]
-    groups += [set(expr_names(parse_expr(c.expr, ids))) for c in figs.cf.claims]
+def _groups(figs: Figures) -> list[set[str]]:
+    """The figures each expression (figure or claim) names, parsed once per file, not per claim."""
+    cached: list[set[str]] | None = getattr(figs, "_expr_groups", None)
+    if cached is None:
+        ids = list(figs.values)
+        cached = [{fid, *expr_names(tree)} for fid, tree in figs.trees.items()]
+        cached += [set(expr_names(parse_expr(c.expr, ids))) for c in figs.cf.claims]
+        figs._expr_groups = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _expr_related(figs: Figures, claim_figs: set[str]) -> set[str]:
     related = set(claim_figs)
-    for g in groups:
+    for g in _groups(figs):
         if g & claim_figs:
             related |= g
-    tags = set().union(*(figs[f].tags for f in claim_figs if f in figs.values)) if claim_figs else set()
-    related |= {fv.id for fv in figs.values.values() if fv.tags & tags}
     return related
+
+
+def _tag_related(figs: Figures, claim_figs: set[str]) -> set[str]:
+    tags = set().union(*(figs[f].tags for f in claim_figs if f in figs.values)) if claim_figs else set()
+    return {fv.id for fv in figs.values.values() if fv.tags & tags}
+
+
+def _place(figs: Figures) -> Callable[[str], int]:
+    """A figure's place in the file (the pool keeps file order, whatever the scope)."""
+    cached: dict[str, int] | None = getattr(figs, "_places", None)
+    if cached is None:
+        cached = {f: i for i, f in enumerate(figs.values)}
+        figs._places = cached  # type: ignore[attr-defined]
+    return cached.__getitem__
+
+
+def related_set(figs: Figures, claim_figs: set[str]) -> set[str]:
+    """Figures appearing with the claim's figures in an expression, or sharing a `test` tag."""
+    return _expr_related(figs, claim_figs) | _tag_related(figs, claim_figs)
+
+
+def search_scope(figs: Figures, claim_figs: set[str], dims: Dims) -> set[str]:
+    """At most SCOPE figures, nearest first: the claim's own, those in an expression with them,
+    those sharing a tag, then figures of the claim's dimension, then any (a small file: all)."""
+    if len(figs.values) <= SCOPE:
+        return set(figs.values)
+    near = _expr_related(figs, claim_figs)
+    order = [f for f in figs.values if f in claim_figs] + [f for f in figs.values if f in near]
+    tagged = _tag_related(figs, claim_figs)
+    order += [f for f in figs.values if f in tagged]
+    order += [f for f, u in figs.units.items() if u.dims == dims]
+    order += list(figs.values)
+    return set(list(dict.fromkeys(order))[:SCOPE])
 
 
 class Search:
@@ -86,6 +138,7 @@ class Search:
         self.tree = parse_expr(claim.expr, figs.values)
         self.claim_figs = set(expr_names(self.tree))
         self.related = related_set(figs, self.claim_figs)
+        self.scope = search_scope(figs, self.claim_figs, self.unit.dims)
         stated = Interval.printed(claim.stated, claim.decimals).scale(self.unit.factor).mid
         # the stated number itself may be a figure (825 GB): a reading must not use it
         self.banned = {

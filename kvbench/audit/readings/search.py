@@ -32,7 +32,7 @@ def _span(a: str, b: str) -> str:
 
 
 def _pairs(s: Search) -> None:
-    quantities = pool(s.figs)
+    quantities = pool(s.figs, s.scope)
     unit, claim = s.unit, s.claim
     if unit.dimensionless:
         by_dims: dict[Dims, list[Quantity]] = {}

@@ -12,10 +12,14 @@ its rounding; each reading names its slip in words. In order (the order ranks th
     bits_bytes          bits taken for bytes or bytes for bits (200 Gbit/s stated as GB/s)
     count_relabel       one counted thing for another through the paper's own ratio (a token
                         rate labelled requests/s, via tokens per request)
+    per_device, device_price, percent_ratio, binary_decimal
+                        slips of scale (`scales.py`): a per-GPU figure stated per node, one GPU's
+                        price against a node's rate, 525% restated as 5.25x, TiB taken as TB
     dropped_multiplier  a count of the paper's (GPUs, nodes, clients ...) dropped or applied twice
 
 A dropped multiplier is offered only when no unit slip explains the number: a x8 from "8 GPUs
-per node" is a coincidence beside a bits/bytes slip, and worse than no reading.
+per node" is a coincidence beside a bits/bytes slip, and worse than no reading. But when the
+x8 is a count in the claim's own arithmetic (a per-device slip), bits/bytes is the coincidence.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from kvbench.audit.expr import eval_expr
 from kvbench.audit.quantities import Interval, fmt_num
 from kvbench.audit.readings.pool import Search, pool
+from kvbench.audit.readings.scales import binary_decimal, device_price, per_device, percent_ratio
 from kvbench.audit.units import (
     COUNTS,
     count_word,
@@ -42,6 +47,8 @@ _CHANGE = {"percent_drop": -1, "percent_change": 1, "percent_increase": 1}
 MULTIPLIERS = {"GPUs", "nodes", "clients", "servers", "connections", "users"}
 #: slips that need no figure beyond the claim's own: a dropped multiplier yields to them
 UNIT_SLIPS = {"sibling_unit", "unit_prefix", "bits_bytes"}
+#: a count in the claim's own arithmetic: beside it, bits/bytes and a dropped multiplier yield
+DEVICE_SLIPS = {"per_device", "device_price"}
 
 
 def _own_figs(s: Search) -> tuple[str, ...]:
@@ -169,7 +176,7 @@ def count_relabel(s: Search, rc: Interval) -> None:
     """A count in the claim's unit swapped for another through a ratio of the paper's (Y per X)."""
     dims = dict(s.unit.dims)
     counted = set(COUNTS) | set(s.figs.cf.units)
-    for q in pool(s.figs):
+    for q in pool(s.figs, s.scope):
         qd = dict(q.unit.dims)
         if len(qd) != 2 or sorted(qd.values()) != [-1, 1] or not set(qd) <= counted:
             continue
@@ -242,6 +249,10 @@ SLIPS: list[Slip] = [
         unit_prefix,
         bits_bytes,
         count_relabel,
+        per_device,
+        device_price,
+        percent_ratio,
+        binary_decimal,
         dropped_multiplier,
     )
 ]
@@ -252,5 +263,8 @@ def own_readings(s: Search, rc: Interval) -> None:
     """Every slip kind's readings of the recomputed value, then the coincidence rule."""
     for slip in SLIPS:
         slip.find(s, rc)
-    if any(r.slip in UNIT_SLIPS for r, _ in s.found):
+    slips = {r.slip for r, _ in s.found}
+    if slips & DEVICE_SLIPS:
+        s.found = [(r, own) for r, own in s.found if r.slip not in {"bits_bytes", "dropped_multiplier"}]
+    elif slips & UNIT_SLIPS:
         s.found = [(r, own) for r, own in s.found if r.slip != "dropped_multiplier"]
