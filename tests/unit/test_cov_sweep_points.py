@@ -13,8 +13,8 @@ import pytest
 
 from kvbench.configfile import Raw
 from kvbench.errors import UsageError
+from kvbench.mock.config import offload_off_overrides as mock_offload_off
 from kvbench.sweep.arms import (
-    OFFLOAD_OFF,
     arm_overhead,
     baseline_overrides,
     baseline_plan,
@@ -134,8 +134,14 @@ def test_offload_off_turns_off_every_lower_tier_of_the_embedded_mock() -> None:
         target=SimpleNamespace(base_url=None, mock_profile="ci", mock_overrides={"time_scale": 1})
     )
     out = offload_off_overrides(scn)["target.mock_overrides"]
-    assert out == {"time_scale": 1, **OFFLOAD_OFF}
-    assert set(OFFLOAD_OFF) == {"tiers.G2.enabled", "tiers.G3.enabled", "tiers.G4.enabled"}
+    assert out == {"time_scale": 1, **mock_offload_off()}
+    # offload off keeps the GPU prefix cache and turns only the lower tiers off
+    assert mock_offload_off() == {
+        "tiers.G1.enabled": True,
+        "tiers.G2.enabled": False,
+        "tiers.G3.enabled": False,
+        "tiers.G4.enabled": False,
+    }
     server = SimpleNamespace(
         target=SimpleNamespace(base_url="http://h", mock_profile="ci", mock_overrides={})
     )
