@@ -27,6 +27,15 @@ def load_rows(load: LoadShape | None, source: str | None = None) -> list[list[st
         shape = f"rate, {fmt(load.rate)} requests/s, at most {fmt(load.concurrency)} in flight (open loop)"
     elif load.kind == "sequential":
         shape = "sequential, one request at a time"
+    elif load.kind.startswith("replay-"):
+        how = {
+            "fixed": "on the trace's timestamps",
+            "concurrent": f"{fmt(load.concurrency)} in flight (closed loop)",
+        }
+        mode = load.kind.removeprefix("replay-")
+        shape = (
+            f"replay of {fmt(load.requests)} trace rows, {how.get(mode, f'at {fmt(load.rate)} requests/s')}"
+        )
     else:
         shape = load.kind
     rows = [

@@ -206,6 +206,11 @@ class RunSummary(_Model):
     sessions: dict[str, Any] | None = F(
         "sessions test: per_turn and per_tier tables from turns.jsonl (report.sessions)", default=None
     )
+    replay: dict[str, Any] | None = F(
+        "replay test: the replay section as the report shows it (paragraphs; tables with caption, head, "
+        "rows: the hit table first)",
+        default=None,
+    )
     twin: TwinPrediction | None = F(
         "a run on a twin (kvbench fit): the ranges it left and the error its validation found", default=None
     )

@@ -112,7 +112,7 @@ class OptionsInfo(Record):
 class LengthRangeInfo(Record):
     min: int = Field(description="Shortest prompt, tokens.")
     max: int = Field(description="Longest prompt, tokens.")
-    distribution: str = Field(description="uniform or fixed_mean.")
+    distribution: str = Field(description="uniform or fixed_mean; trace: a replayed trace's rows.")
 
 
 class LoadShape(Record):

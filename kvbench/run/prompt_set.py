@@ -55,8 +55,14 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
             outside_tolerance=len(off),
         )
     )
+    # a replay's own prompts are the trace's rows, realised as it runs: this set is only its probe
+    what = (
+        "probe prompt(s) (the replay realises the trace's rows as it runs)"
+        if scn.test.kind == "replay"
+        else "prompts"
+    )
     run.progress.log(
-        f"built {len(prompts)} prompts ({sum(lengths):,} tokens) in {elapsed:.1f}s, "
+        f"built {len(prompts)} {what} ({sum(lengths):,} tokens) in {elapsed:.1f}s, "
         f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
     )
     return prompts

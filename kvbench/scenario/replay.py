@@ -60,6 +60,11 @@ class TraceSource(Strict):
         None, gt=0, description="Replay only rows within this long after start_ms (trace ms); absent: all."
     )
     limit: int | None = Field(None, gt=0, le=100_000_000, description="Replay at most this many rows.")
+    over_context: Literal["fail", "skip", "clip"] = Field(
+        "fail",
+        description="A row longer than the model's context (with its answer): fail (refuse the replay, "
+        "naming the row), skip it, or clip its prompt to fit; skipped and clipped rows are counted.",
+    )
 
     @field_validator("path")
     @classmethod

@@ -169,6 +169,20 @@ def replay_section(run_dir: Path) -> Section | None:
             f"Token-exact check: {sample['exact']} of {sample['checked']} prompts counted by the server "
             "as their input_length."
         )
+    ctx = summary.get("context") or {}
+    if ctx.get("skipped") or ctx.get("clipped"):
+        paras.append(
+            f"Rows over the model's context {ctx.get('max_model_len')}: {ctx.get('skipped', 0)} skipped, "
+            f"{ctx.get('clipped', 0)} clipped to fit (trace.over_context={ctx.get('policy')})."
+        )
+    sel = summary.get("selection") or {}
+    if sel.get("start_ms") or sel.get("window_ms"):
+        paras.append(
+            "**This window starts from an empty cache:** its ideal counts only reuse inside the window "
+            f"(rows from {sel.get('start_ms', 0):g} ms, for {sel.get('window_ms') or 'the rest'} ms of the "
+            "trace); a prefix the trace shared before the window is a miss here, so the whole trace's "
+            "share is higher (`kvbench trace analyze` gives it)."
+        )
     warning = (summary.get("lateness") or {}).get("warning")
     if warning:
         paras.append(f"**Warning:** {warning}.")

@@ -3,7 +3,8 @@
 Schedule (`schedule_items`): one streaming pass over the selected rows gives each its WorkItem
 (index = trace order) and arrival offset: the trace's timestamps divided by `speedup` (fixed),
 seeded arrivals at a rate (rate), or none (concurrent: a closed loop takes them in order). It also
-checks every row against the model's context, so a row too long fails before anything is sent.
+takes the rows as ContextFit passed them: a row too long for the model's context fails before
+anything is sent, or is skipped or clipped (`trace.over_context`), counted.
 The load shape it returns is what the LoadBackend seam reads (paced or not, how many in flight).
 
 Feed (`PromptFeed`): a producer realises rows in trace order at most `ahead` prompts in front of
@@ -15,8 +16,9 @@ A request takes its prompt by index; both loops take them in trace order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
 
 from kvbench.errors import UsageError
 from kvbench.load.schedule import WorkItem, arrival_offsets
@@ -41,28 +43,67 @@ def selected_rows(trace: TraceFile, test: ReplaySection) -> Iterator[TraceRow]:
         yield row
 
 
+@dataclass
+class ContextFit:
+    """Rows against the model's context under `trace.over_context`, counted as they pass."""
+
+    max_model_len: int | None
+    policy: str  # fail | skip | clip
+    block_tokens: int
+    path: str
+    skipped: int = 0
+    clipped: int = 0
+
+    def rows(self, rows: Iterable[TraceRow], answer: Callable[[TraceRow], int]) -> Iterator[TraceRow]:
+        """The rows as replayed: each over the context refused, left out or clipped to fit."""
+        for row in rows:
+            out = answer(row)
+            if self.max_model_len is None or row.input_length + out <= self.max_model_len:
+                yield row
+                continue
+            if self.policy == "fail":
+                raise UsageError(
+                    f"{self.path}:{row.line}: input_length: {row.input_length} + {out} answer tokens exceeds "
+                    f"the model's context {self.max_model_len} (trace.over_context=skip or clip replays the "
+                    "rest; trace.limit / start_ms / window_ms select fewer rows)"
+                )
+            if self.policy == "skip":
+                self.skipped += 1
+                continue
+            keep = max(1, self.max_model_len - out)
+            self.clipped += 1
+            blocks = -(-keep // self.block_tokens)  # the blocks the clipped prompt still covers
+            yield replace(row, input_length=keep, hash_ids=row.hash_ids[:blocks])
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "max_model_len": self.max_model_len,
+            "skipped": self.skipped,
+            "clipped": self.clipped,
+        }
+
+
 @dataclass(frozen=True)
 class Schedule:
     items: list[WorkItem]
     load: Load  # what the backend reads: paced (open loop) or not, and the in-flight cap
     span_s: float  # the last arrival's offset (0 for a closed loop)
     max_prompt_tokens: int
+    min_prompt_tokens: int = 0
+    max_answer_tokens: int = 0
 
 
-def schedule_items(
-    rows: Iterable[TraceRow], test: ReplaySection, max_model_len: int | None, path: str, max_tokens: int
-) -> Schedule:
+def schedule_items(rows: Iterable[TraceRow], test: ReplaySection, path: str, max_tokens: int) -> Schedule:
     offsets: list[float] = []
     first_ms: float | None = None
     longest = 0
-    for row in rows:
-        out = row.output_length if test.output_tokens == "trace" else max_tokens
-        if max_model_len is not None and row.input_length + out > max_model_len:
-            raise UsageError(
-                f"{path}:{row.line}: input_length: {row.input_length} + {out} answer tokens exceeds the "
-                f"model's context {max_model_len} (trace.limit / start_ms / window_ms select fewer rows)"
-            )
+    shortest: int | None = None
+    outputs: list[int] = []
+    for row in rows:  # already fitted to the context (ContextFit)
+        outputs.append(row.output_length if test.output_tokens == "trace" else max_tokens)
         longest = max(longest, row.input_length)
+        shortest = row.input_length if shortest is None else min(shortest, row.input_length)
         first_ms = row.timestamp_ms if first_ms is None else first_ms
         offsets.append((row.timestamp_ms - first_ms) / 1000.0 / test.trace.speedup)
     n = len(offsets)
@@ -84,7 +125,7 @@ def schedule_items(
         if test.schedule == "rate":
             offsets = arrival_offsets(load)
     items = [WorkItem(i, i, off) for i, off in enumerate(offsets)]
-    return Schedule(items, load, offsets[-1], longest)
+    return Schedule(items, load, offsets[-1], longest, shortest or 0, max(outputs))
 
 
 class PromptFeed:

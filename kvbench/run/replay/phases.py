@@ -29,11 +29,11 @@ from kvbench.load.prompts import VOCAB, Prompt
 from kvbench.load.schedule import WorkItem
 from kvbench.results import write_json_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY, ReplayRow
-from kvbench.results.schema import Label
+from kvbench.results.schema import Label, LengthRangeInfo, LoadShape
 from kvbench.run.context import Run, phase_entry
-from kvbench.run.replay.feed import PromptFeed, Schedule, schedule_items, selected_rows
+from kvbench.run.replay.feed import ContextFit, PromptFeed, Schedule, schedule_items, selected_rows
 from kvbench.scenario.testtypes import ReplaySection
-from kvbench.traces import TraceFile, open_trace
+from kvbench.traces import TraceRow, open_trace
 from kvbench.traces.realise import BlockText, Calibration, Realised, calibrate, prompt_text, realise
 
 PHASE = "replay"
@@ -59,13 +59,13 @@ def engine_block(run: Run, test: ReplaySection, block_tokens: int) -> int | None
 
 
 async def check_sample(
-    run: Run, trace: TraceFile, test: ReplaySection, blocks: BlockText, cal: Calibration
+    run: Run, rows: Iterator[TraceRow], blocks: BlockText, cal: Calibration
 ) -> dict[str, Any]:
     """Count the first prompts with the server's tokenizer: token-exact, or how far off."""
     if run.token_counter is None:
         return {"checked": 0, "exact": None, "source": "estimate"}
     sample: list[tuple[str, int]] = []
-    for row in selected_rows(trace, test):
+    for row in rows:
         sample.append(prompt_text(row, blocks, cal.special_tokens))
         if len(sample) == SAMPLE_CHECKED:
             break
@@ -89,9 +89,26 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
         block_tokens=src.block_tokens,
         require_monotonic=test.schedule == "fixed",
     )
+
+    def answer(row: TraceRow) -> int:
+        return row.output_length if test.output_tokens == "trace" else scn.output.max_tokens
+
+    def fit() -> ContextFit:
+        return ContextFit(run.target.max_model_len, src.over_context, trace.block_tokens, str(trace.path))
+
+    def rows() -> Iterator[TraceRow]:  # every later pass over the trace sees the rows the schedule did
+        return fit().rows(selected_rows(trace, test), answer)
+
+    counted = fit()
     sched = schedule_items(
-        selected_rows(trace, test), test, run.target.max_model_len, str(trace.path), scn.output.max_tokens
+        counted.rows(selected_rows(trace, test), answer), test, str(trace.path), scn.output.max_tokens
     )
+    run.rd.update(load=replay_load(sched, test))
+    if counted.skipped or counted.clipped:
+        run.progress.log(
+            f"replay: {counted.skipped} row(s) skipped, {counted.clipped} clipped: longer than the model's "
+            f"context {counted.max_model_len} (trace.over_context={src.over_context})"
+        )
     cal = await calibrate(VOCAB, run.token_counter)
     if cal.dropped_words:
         run.progress.log(
@@ -100,13 +117,13 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
     await run.reset()
     salt = run.new_salt()
     blocks = BlockText(cal.words, trace.block_tokens, test.seed, salt)
-    sample = await check_sample(run, trace, test, blocks, cal)
+    sample = await check_sample(run, rows(), blocks, cal)
     eblock = engine_block(run, test, trace.block_tokens)
     if test.workers:  # load workers for this test's own schedule; finish() records where they ran
         run.load_backend = load_backend(
             "ray" if run.scn.cluster.backend == "ray" else "processes", workers=test.workers
         )
-    realised = realise(selected_rows(trace, test), blocks, cal, eblock)
+    realised = realise(rows(), blocks, cal, eblock)
     # a closed loop has no schedule to fall behind: its lateness (worker free -> sent) is reported only
     late = Lateness(test.late_warn_ms if test.schedule != "concurrent" else float("inf"), run)
     with run.rd.writer(REPLAY_ROWS) as out:
@@ -125,6 +142,7 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
         "selection": src.model_dump(exclude={"path"}),
         "schedule": test.schedule,
         "requests": len(sched.items),
+        "context": counted.record(),
         "span_s": sched.span_s,
         "engine_block_tokens": eblock,
         "salt": "per_run" if salt else "none",
@@ -216,6 +234,24 @@ async def send_phase(
     return prime_s
 
 
+def replay_load(sched: Schedule, test: ReplaySection) -> LoadShape:
+    """The manifest's load: the trace as run (its rows, schedule, lengths), not the run's probe."""
+    load = sched.load
+    kinds = {"fixed": "replay-fixed", "concurrent": "replay-concurrent", "rate": "replay-rate"}
+    n = len(sched.items)
+    return LoadShape(
+        kind=kinds[test.schedule],
+        concurrency=getattr(load, "concurrency", None) or getattr(load, "max_concurrency", 1),
+        rate=getattr(load, "rate", None),
+        requests=n,
+        prompt_count=n,
+        lengths=LengthRangeInfo(
+            min=sched.min_prompt_tokens, max=sched.max_prompt_tokens, distribution="trace"
+        ),
+        max_tokens=sched.max_answer_tokens,
+    )
+
+
 def replay_row(request_id: str, r: Realised, offset_s: float, max_tokens: int) -> ReplayRow:
     row = r.row
     return ReplayRow(
@@ -286,6 +322,12 @@ def replay_lines(run: Run, summary: dict[str, Any]) -> list[str]:
         if prompt
         else "replay: no successful request",
     ]
+    ctx = summary["context"]
+    if ctx["skipped"] or ctx["clipped"]:
+        lines.append(
+            f"replay: {ctx['skipped']} row(s) skipped, {ctx['clipped']} clipped over the context "
+            f"{ctx['max_model_len']} (trace.over_context={ctx['policy']})"
+        )
     late = summary["lateness"]
     if late.get("n"):
         lines.append(f"replay: dispatch lateness p50 {late['p50_ms']:.2f} ms, p99 {late['p99_ms']:.2f} ms")
