@@ -251,13 +251,13 @@ def run_cmd(
 
 
 def _with_dataset_trace(scenario: str, overrides: dict[str, Any], output_dir: Path) -> Any:
-    """The scenario; a replay given a dataset replays it as its trace (kvbench.datasets.trace)."""
+    """The scenario; a replay given a dataset replays it as its trace (kvbench.datasets.as_trace)."""
     from kvbench.scenario import load_scenario
 
     scn, _ = load_scenario(scenario, overrides)
     p = scn.prompts
     if p.dataset is not None and scn.test.kind == "replay":
-        from kvbench.datasets.trace import replay_overrides
+        from kvbench.datasets.as_trace import replay_overrides
 
         overrides.update(replay_overrides(p.dataset, p.dataset_format, output_dir, scn.output.max_tokens))
         scn, _ = load_scenario(scenario, overrides)

@@ -232,6 +232,9 @@ def small(argv: list[str], where: Path) -> list[str]:
     scenario = params.get("scenario")
     if scenario:
         mentioned = _keys_set(params)
+        open_loop = params.get("rate") is not None or params.get("request_rate") is not None
+        if open_loop or "load.kind" in mentioned:
+            mentioned.add("load.concurrency")  # an open-loop or retyped load has no closed-loop width
         for key, value in SMALL.get(_test_kind(scenario, where), {}).items():
             if not any(m == key or m.startswith(key + ".") or key.startswith(m + ".") for m in mentioned):
                 extra += ["--set", f"{key}={value}"]

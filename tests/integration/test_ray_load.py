@@ -287,7 +287,9 @@ def test_kvbench_run_survives_a_removed_node_and_says_so(cluster, tmp_path) -> N
     assert "Traceback" not in err
     (run_dir,) = list(tmp_path.iterdir())
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["error_counts"]["worker_lost"] >= 1
+    # a lost worker fails the run (#39): the manifest says so and names the cause
+    assert manifest["status"] == "failed" and manifest["error_counts"]["worker_lost"] >= 1
+    assert "worker" in manifest["error"] and "lost" in manifest["error"]
     lost = [w for w in manifest["phases"][0]["load_backend"]["workers"] if w["state"] == "lost"]
     assert len(lost) == 1 and lost[0]["lost_in_flight"] == manifest["error_counts"]["worker_lost"]
     assert manifest["cluster"]["load"]["workers_lost"] == [lost[0]["worker"]]

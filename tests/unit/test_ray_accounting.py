@@ -89,6 +89,9 @@ def test_a_phase_that_sent_fewer_than_asked_fails_whatever_max_error_rate_says()
         "phase cached: 4 of 10 requests were never sent (a load worker was lost before sending them): "
         "the run fails whatever max_error_rate says"
     ]
-    # the same failures of another kind stay under the error-rate rule
+    # a request lost with its worker fails the run too, whatever max_error_rate says (#39) ...
     done = outcome(fake_run([("cached", None)] * 6 + [("cached", WORKER_LOST)] * 4, max_error_rate=0.5))
+    assert done.exit_code == 1 and done.failure == "a load worker was lost mid-phase"
+    # ... while failures of another kind stay under the error-rate rule
+    done = outcome(fake_run([("cached", None)] * 6 + [("cached", "timeout")] * 4, max_error_rate=0.5))
     assert done.exit_code == 0 and done.summary_lines == []
