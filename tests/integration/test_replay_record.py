@@ -1,5 +1,6 @@
 """A real trace as it comes: a row over the model's context refused, skipped or clipped
-(`trace.over_context`), counted in the record; the manifest's load is the trace as run, not the probe."""
+(`trace.over_context`), counted in the record; the manifest's load and trace are the trace as run,
+not the probe; a window's ideal beside the one it would have had with the trace's history cached."""
 
 from __future__ import annotations
 
@@ -104,3 +105,77 @@ async def test_summary_json_carries_the_replay_tables_the_report_shows(tmp_path:
             assert "| " + " | ".join(row) + " |" in report, row
     assert any("1 skipped, 0 clipped" in p for p in replay["paragraphs"])
     assert "1 skipped, 0 clipped" in report
+
+
+# A window (start_ms 15) over five rows of 512-token blocks; the 9000-token row is over the context.
+# Rows before the window: [1,2] and [1,3]. In the window: [1,2,4] (1536 tokens) then [1,3] (1024).
+# From an empty cache: 0 + 512 (block 1, from the window's first row) = 512 of 2560 = 20%.
+# With the two earlier rows cached: 1024 + 1024 = 2048 of 2560 = 80%.
+WINDOW_ROWS = [
+    (0, 1024, [1, 2]),
+    (10, 1024, [1, 3]),
+    (20, 1536, [1, 2, 4]),
+    (30, 9000, list(range(500, 518))),
+    (40, 1024, [1, 3]),
+]
+OWN_IDEAL, HISTORY_IDEAL = 512 / 2560, 2048 / 2560
+
+
+def _window_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "window.jsonl"
+    rows = [{"timestamp": t, "input_length": n, "output_length": 8, "hash_ids": ids}
+            for t, n, ids in WINDOW_ROWS]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+async def _window_replay(tmp_path: Path) -> Path:
+    scn, _ = load_scenario(
+        "replay",
+        {
+            "test.trace.path": str(_window_trace(tmp_path)),
+            "test.trace.over_context": "skip",
+            "test.trace.start_ms": 15,
+            "test.trace.window_ms": 100,
+            "test.trace.speedup": 2,
+            "target.max_model_len": CONTEXT,
+            "target.mock_profile": "ci",
+        },
+    )
+    outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path / "w", quiet=True, report=False))
+    assert outcome.status == "complete" and outcome.exit_code == 0
+    return outcome.run_dir
+
+
+async def test_manifest_trace_is_the_window_as_run(tmp_path: Path) -> None:
+    run_dir = await _window_replay(tmp_path)
+    trace = load_record(run_dir).manifest.trace
+    assert trace is not None
+    assert trace.path == str(tmp_path / "window.jsonl") and trace.format == "mooncake"
+    assert trace.block_tokens == 512 and trace.rows == 2 and trace.skipped == 1 and trace.clipped == 0
+    assert trace.over_context == "skip" and trace.max_model_len == CONTEXT
+    assert (trace.schedule, trace.speedup, trace.start_ms, trace.window_ms, trace.limit) == (
+        "fixed", 2.0, 15.0, 100.0, None,
+    )  # fmt: skip
+    assert trace.rows_before == 2 and trace.starts_cold
+    assert trace.ideal_with_history == pytest.approx(HISTORY_IDEAL)
+    written = json.loads((run_dir / "manifest.json").read_text())["trace"]
+    assert written["rows"] == 2 and written["skipped"] == 1
+
+
+async def test_a_whole_trace_has_no_history(tmp_path: Path) -> None:
+    run_dir, _, _ = await _replay(tmp_path, "skip")
+    trace = load_record(run_dir).manifest.trace
+    assert trace is not None and trace.rows == 3 and trace.skipped == 1
+    assert trace.rows_before == 0 and not trace.starts_cold and trace.ideal_with_history is None
+
+
+def test_history_ideal_by_construction() -> None:
+    from kvbench.run.replay.record import history_ideal
+    from kvbench.traces import TraceRow
+
+    rows = [TraceRow(i, t, n, 8, tuple(ids)) for i, (t, n, ids) in enumerate(WINDOW_ROWS)]
+    got = history_ideal(rows[:2], [rows[2], rows[4]], 512)
+    assert got.rows_before == 2
+    assert got.own == pytest.approx(OWN_IDEAL) and got.with_history == pytest.approx(HISTORY_IDEAL)
+    assert history_ideal([], rows[2:3], 512).with_history == 0.0  # nothing before, nothing to gain
