@@ -53,7 +53,10 @@ class ReplaySummary(_Model):
         description="a window with rows before it: its ideal had they been cached (manifest.trace); "
         "null otherwise"
     )
-    rows_before: int = Field(description="rows of the trace before the window (0: the trace's start)")
+    rows_before: int | None = Field(
+        description="rows of the trace before the window (0: it starts at the trace's start; null: a run "
+        "written before manifest.trace)"
+    )
     context: ContextRecord | None = Field(description="rows over the model's context (null: older runs)")
     paragraphs: list[str] = Field(description="the section's text as the report shows it")
     tables: list[ReplayTable] = Field(description="the section's tables as the report shows them, hits first")

@@ -198,7 +198,7 @@ def replay_summary(run_dir: Path) -> ReplaySummary | None:
     return ReplaySummary(
         hits=hits,
         ideal_with_history=trace.ideal_with_history if trace is not None else None,
-        rows_before=trace.rows_before if trace is not None else 0,
+        rows_before=trace.rows_before if trace is not None else None,
         context=ContextRecord.model_validate(ctx) if ctx else None,
         paragraphs=replay_paragraphs(summary, trace, hits[-1]),
         tables=tables,
