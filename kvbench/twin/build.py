@@ -158,11 +158,9 @@ def build_twin(
     decode = _decode(runs, _params(draft), draft, notes)
     limit = _seq_limit(runs, draft, scheduler, max_seqs, notes)
     draft["gpu"]["max_num_seqs"] = limit.value
-    scheduler = replace(
-        scheduler,
-        max_num_seqs=limit.value,
-        origin=scheduler.origin | {"max_num_seqs": f"{limit.origin}: {limit.detail}"},
-    )
+    if limit.origin in ("gauges", "model"):  # measured: it replaces the prior (given or default stay)
+        fitted = {"max_num_seqs": f"{limit.origin}: {limit.detail}"}
+        scheduler = replace(scheduler, max_num_seqs=limit.value, origin=scheduler.origin | fitted)
     notes.append(
         "concurrent reads share the serving tier's bandwidth (its aggregate is the read bandwidth: a "
         "what-if on tiers.G4.read_bandwidth_bytes_per_s moves both); the noise link is not fitted (at "
