@@ -29,6 +29,30 @@ runs in real time: clear a scenario's pace override (ttft sets time_scale 0.1) w
 """
 
 
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        help="Measure this server first: a short TTFT sweep and a throughput run per --concurrencies, "
+        "within --budget-s, under --runs-dir; fitted with any RUN_DIRS given.",
+    ),
+]
+BudgetOpt = Annotated[float, typer.Option("--budget-s", help="With --base-url: seconds for all the runs.")]
+ConcOpt = Annotated[
+    str, typer.Option("--concurrencies", help="With --base-url: connections per throughput run.")
+]
+LengthsOpt = Annotated[
+    str, typer.Option("--lengths", help="With --base-url: the TTFT sweep's prompt lengths.")
+]
+RunsDirOpt = Annotated[Path, typer.Option("--runs-dir", help="With --base-url: where its runs are written.")]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env", help="With --base-url: NAME of the env variable holding the API key (never the key)."
+    ),
+]
+
+
 def fit_cmd(
     run_dirs: Annotated[
         list[Path] | None, typer.Argument(help="Run directories (a TTFT run; throughput runs too).")
@@ -71,6 +95,12 @@ def fit_cmd(
     validate_dir: Annotated[Path, typer.Option(help="Where the twin's prediction runs go.")] = Path(
         "results/twin-validation"
     ),
+    base_url: BaseUrlOpt = None,
+    budget_s: BudgetOpt = 120.0,
+    concurrencies: ConcOpt = "1,2,4,8",
+    lengths: LengthsOpt = "1000,4000,8000",
+    runs_dir: RunsDirOpt = Path("results/fit"),
+    api_key_env: KeyOpt = None,
 ) -> None:
     from kvbench.errors import UsageError
 
@@ -81,12 +111,19 @@ def fit_cmd(
             raise UsageError("--twin validates an existing twin: give run directories with --validate only")
         _validate(twin_path, list(validate), validate_dir)
         return
+    run_dirs = list(run_dirs or [])
+    if base_url is not None:
+        from kvbench.twin.acquire import Plan, acquire, parse_counts
+
+        sizes = parse_counts("--lengths", lengths, scale_k=True)
+        conns = parse_counts("--concurrencies", concurrencies)
+        run_dirs += acquire(Plan(base_url, sizes, conns, budget_s, runs_dir, api_key_env))
     if not run_dirs:
-        raise UsageError("kvbench fit: name at least one run directory")
+        raise UsageError("kvbench fit: name at least one run directory (or measure one: --base-url URL)")
     from kvbench.twin.build import build_twin
     from kvbench.twin.sources import read_runs
 
-    twin = build_twin(read_runs(list(run_dirs)), base, model, None, step_budget, max_seqs)
+    twin = build_twin(read_runs(run_dirs), base, model, None, step_budget, max_seqs)
     twin.profile["name"] = output.stem
     _write(output, twin.profile)
     for line in summary_lines(twin, output, base):
