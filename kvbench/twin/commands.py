@@ -17,13 +17,17 @@ FIT_HELP = """Fit a mock profile (a twin) to your own runs, then run any scenari
   kvbench fit results/<that run> -o my-twin.yaml
   kvbench run throughput --mock-profile ./my-twin.yaml --set target.mock_overrides={}
   kvbench fit results/<that run> -o my-twin.yaml --validate results/<a throughput run>
+  kvbench fit --base-url http://127.0.0.1:8000 --budget-s 120 --concurrencies 1,2,4,8
 
 A TTFT run's cold rows give the prefill cost (a*n + c*n^2 + fixed), its warm rows the serving tier's
 onboarding latency and bandwidth (as G4), its inter-token times the decode step. Fit quality (R^2,
 residuals, points) and the ranges the fit holds for go into the profile's `fit:` section. Under
 load the twin schedules in steps (a token budget per step, a sequence limit, a fixed cost per
 request): give your server's with --step-budget / --max-seqs, else the engine's defaults are assumed
-and said so. --validate RUN runs RUN's scenario on the twin and prints the error per metric. The twin
+and said so; throughput runs given beside the sweep fit the sequence limit (the server's gauges, else
+the step model's replay of their load). --base-url URL measures the sweep and a throughput run per
+--concurrencies itself, within --budget-s, under --runs-dir (--api-key-env NAME: the key by name).
+--validate RUN runs RUN's scenario on the twin and prints the error per metric. The twin
 runs in real time: clear a scenario's pace override (ttft sets time_scale 0.1) with
 --set target.mock_overrides={}.
 """
@@ -208,6 +212,10 @@ def summary_lines(twin: Twin, output: Path, base: str) -> list[str]:
             f"  scheduler {steps}, {s['max_num_seqs']} sequences, fixed {s['request_fixed_s'] * 1e3:.3g} ms "
             f"per request ({s['token_budget_from']})"
         )
+    if "max_num_seqs" in t:
+        m = t["max_num_seqs"]
+        res = "" if m["residual"] is None else f", residual {m['residual'] * 100:.1f}% (req/s, TTFT p50)"
+        lines.append(f"  seq limit {m['value']} from {m['origin']}: {m['detail']}{res}")
     lines += [f"  note: {n}" for n in fit["notes"]]
     lines.append(f"run on it: kvbench run ttft --mock-profile {output} --set target.mock_overrides={{}}")
     return lines
