@@ -116,6 +116,8 @@ def fit_cmd(
         _validate(twin_path, list(validate), validate_dir)
         return
     run_dirs = list(run_dirs or [])
+    if api_key_env is not None and base_url is None:
+        raise UsageError("--api-key-env: only with --base-url (the runs named are read, not rerun)")
     if base_url is not None:
         from kvbench.twin.acquire import Plan, acquire, parse_counts
 

@@ -121,6 +121,11 @@ def test_bad_values_are_one_line_errors(tmp_path: Path, args: list[str], names: 
     assert not (tmp_path / "results").exists()  # refused before any run
 
 
+def test_api_key_env_without_a_base_url_is_refused(tmp_path: Path) -> None:
+    proc = _kvbench("fit", "some-run", "--api-key-env", "KVB_FIT_TEST_KEY", cwd=tmp_path)
+    assert proc.returncode == 2 and "--api-key-env: only with --base-url" in proc.stderr, proc.stderr
+
+
 def test_a_base_url_that_is_no_http_url_is_refused(tmp_path: Path) -> None:
     proc = _kvbench("fit", "--base-url", "ftp://user:pw@host", cwd=tmp_path)
     assert proc.returncode == 2 and "--base-url" in proc.stderr and "pw" not in proc.stderr, proc.stderr
