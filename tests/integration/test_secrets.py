@@ -334,3 +334,25 @@ def test_a_stray_log_record_is_redacted_by_last_resort(capsys) -> None:
     err = capsys.readouterr().err
     assert "retrying http://" in err and "ValueError: Authorization: Bearer <redacted>" in err
     assert CLI_PW not in err and CLI_KEY not in err
+
+
+async def test_a_sweep_over_credentialled_urls_names_no_password(tmp_path: Path) -> None:
+    """`--over target.base_url=http://u:PW1@host,http://u:PW2@host`: both points run, and no file,
+    no file name (the point folders are named for their values: before, the password was in it)
+    and no console line of the sweep holds either password."""
+    pws = ["ovPW-6h2k9d", "ovPW-8m4q1s"]
+    async with spawned_mock(profile="ci") as mock:
+        host = mock.base_url.split("://", 1)[1]
+        urls = ",".join(f"http://u:{pw}@{host}" for pw in pws)
+        code, text = kvbench(
+            "sweep", "ttft", "--over", f"target.base_url={urls}", "--set", "prompts.count=2",
+            "--set", "prompts.lengths=[1000]", "--out", str(tmp_path / "sweep"), "--quiet",
+        )  # fmt: skip
+    assert code == 0, text
+    points = sorted(p.name for p in (tmp_path / "sweep" / "points").iterdir())
+    assert len(points) == 2 and all("redacted" in p for p in points), points
+    for pw in pws:
+        assert pw not in text
+        for path in (tmp_path / "sweep").rglob("*"):
+            assert pw not in str(path.relative_to(tmp_path)), path
+            assert path.is_dir() or pw.encode() not in path.read_bytes(), path
