@@ -16,17 +16,26 @@ from kvbench.telemetry.sampler import TELEMETRY
 pytestmark = pytest.mark.slow
 
 
-async def test_a_phase_shorter_than_the_interval_has_telemetry_rows(tmp_path: Path) -> None:
-    overrides = {
+SHORT = {
+    "throughput": {
         "prompts.count": 2,
         "prompts.lengths": [300],
         "output.max_tokens": 4,
         "load.requests": 6,
         "load.concurrency": 2,
+    },
+    "replay": {"test.trace.speedup": 40},  # the phase sampler of kvbench.run.replay.phases
+}
+
+
+@pytest.mark.parametrize("test", sorted(SHORT))
+async def test_a_phase_shorter_than_the_interval_has_telemetry_rows(tmp_path: Path, test: str) -> None:
+    overrides = {
+        **SHORT[test],
         "telemetry.interval_s": 30.0,  # far longer than any phase here: no periodic tick lands
         "telemetry.host": True,
     }
-    scn, _ = load_scenario("throughput", overrides)
+    scn, _ = load_scenario(test, overrides)
     outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
     assert outcome.status == "complete", outcome
     phases = read_manifest(outcome.run_dir)["phases"]
