@@ -6,6 +6,8 @@ Heavy imports (pandas, matplotlib, the runner) happen inside commands so that
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 from typing import Annotated, TextIO
 
@@ -87,24 +89,35 @@ def _one_line_warning(
 def main() -> None:
     import warnings
 
+    from kvbench.redact import RedactingStream
+
     _register_subcommands()
     warnings.showwarning = _one_line_warning
+    real = sys.stdout, sys.stderr
+    # every line this command prints (its console, its errors, click's usage text, a stray log
+    # record) goes through kvbench.redact: a secret in an exception or a server's words never shows
+    sys.stdout, sys.stderr = RedactingStream(real[0]), RedactingStream(real[1])
+    _guard_logging()
+    _remember_cli_secrets(sys.argv[1:])
+    try:
+        _main()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = real
+
+
+def _main() -> None:
     try:
         rc = app(standalone_mode=False)
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except KvbenchError as exc:
-        if _state["verbose"]:
-            raise
-        for line in exc.lines():
-            print(f"kvbench: {line}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _fail(exc, [f"kvbench: {line}" for line in exc.lines()], exc.exit_code)
     except OSError as exc:
         # a file a command reads or writes: read-only, full, missing, a directory where a file goes
-        if _state["verbose"]:
-            raise
-        print(f"kvbench: {describe_os_error(exc)}", file=sys.stderr)
-        sys.exit(2)
+        _fail(exc, [f"kvbench: {describe_os_error(exc)}"], 2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -118,7 +131,45 @@ def main() -> None:
         if hasattr(exc, "show") and isinstance(code, int):
             exc.show()
             sys.exit(code)
-        if _state["verbose"]:
-            raise
-        print(f"kvbench: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)", file=sys.stderr)
-        sys.exit(1)
+        _fail(exc, [f"kvbench: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)"], 1)
+
+
+def _fail(exc: BaseException, lines: list[str], code: int) -> None:
+    """The error's lines and exit code; `--verbose` prints the traceback first (redacted like every
+    line, through sys.stderr) and keeps the same exit code, so verbosity never changes a script's
+    outcome."""
+    if _state["verbose"]:
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+    for line in lines:
+        print(line, file=sys.stderr)
+    sys.exit(code)
+
+
+def _guard_logging() -> None:
+    """Records no handler takes go to logging.lastResort: mask them there too."""
+    import logging
+
+    from kvbench.redact import RedactingFilter
+
+    last = logging.lastResort
+    if last is not None and not any(isinstance(f, RedactingFilter) for f in last.filters):
+        last.addFilter(RedactingFilter())
+
+
+def _remember_cli_secrets(argv: list[str]) -> None:
+    """The secrets a command line hands over (URL credentials, the --api-key-env key), masked in
+    all this process prints from the start, before the run's own preflight learns them."""
+    import os
+
+    from kvbench.redact import remember, secrets_of_url
+
+    for i, arg in enumerate(argv):
+        if "@" in arg:  # --base-url U, --set target.base_url=U, --over target.base_url=U1,U2
+            for url in re.findall(r"(?i)[a-z][a-z0-9+.-]*://[^\s,\[\]{}'\"]+", arg):
+                remember(*secrets_of_url(url))
+        if arg == "--api-key-env" and i + 1 < len(argv):
+            remember(os.environ.get(argv[i + 1]))
+        elif arg.startswith("--api-key-env="):
+            remember(os.environ.get(arg.partition("=")[2]))

@@ -169,3 +169,58 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         return redact_text(text, self.secrets)
+
+
+class RedactingStream:
+    """A text stream (the CLI's stdout or stderr) whose every line goes through `redact` before it
+    reaches the real one. Text is held to the end of its line so a secret written in two pieces is
+    still one string when masked; `flush` lets a partial line through (a live `\\r` line)."""
+
+    _HOLD_MAX = 1 << 16  # a line this long without a newline goes out anyway
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # a text stream refuses bytes (click probes with b"")
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        held = self._pending + text
+        head, newline, tail = held.rpartition("\n")
+        if newline:
+            self.stream.write(redact(head + newline))
+        self._pending = tail
+        if len(self._pending) > self._HOLD_MAX:
+            self._release()
+        return len(text)
+
+    def _release(self) -> None:
+        if self._pending:
+            text, self._pending = self._pending, ""
+            self.stream.write(redact(text))
+
+    def flush(self) -> None:
+        self._release()
+        self.stream.flush()
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, buffer...: the real stream's
+        return getattr(self.stream, name)
+
+
+class RedactingFilter:
+    """A logging filter that masks a record's message and traceback before any handler formats it
+    (installed on logging.lastResort: a stray library warning is printed through it)."""
+
+    def filter(self, record: Any) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            import traceback
+
+            record.exc_text = redact("".join(traceback.format_exception(*record.exc_info))).rstrip("\n")
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True

@@ -59,9 +59,11 @@ def up_cmd(
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UsageError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
+    from kvbench.redact import redact
+
     state = lab_up(cfg, _say, engines=engines)
     for e in state.engines:
-        print(f"{e.name}: {e.url}")
+        print(f"{e.name}: {redact(e.url)}")  # an engine URL may carry credentials: shown without
     _say("up: kvbench run throughput-lab --noisy  (kvbench lab status; kvbench lab down)")
 
 
@@ -73,9 +75,11 @@ def status_cmd() -> None:
     from kvbench.lab.system import require_root
 
     require_root()
+    from kvbench.redact import redact
+
     lines, ok = status_lines(state_dir(), load_state())
     for line in lines:
-        print(line)
+        print(redact(line))  # engine URLs among them
     if not ok:
         raise typer.Exit(1)
 

@@ -63,7 +63,7 @@ BACKENDS: dict[str, type[LoadBackend]] = {"local": LocalBackend}
 
 def load_backend(name: str = "local", **options: Any) -> LoadBackend:
     """A backend by name: `local`, `processes` (options: workers, pin, silence_s), or `ray` (options: workers,
-    placement; needs `kvbench[ray]`). `ray` asked for while this process has no Ray session (the
+    placement, silence_s; needs `kvbench[ray]`). `ray` asked for while this process has no Ray session (the
     scenario has no cluster: kvbench.run.remote.connect_cluster connects one first when it has)
     means `load.workers: K` on this machine: the `processes` backend."""
     if name == "ray" and not _ray_connected():

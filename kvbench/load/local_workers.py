@@ -41,12 +41,18 @@ from typing import Any
 
 from kvbench.errors import UsageError
 from kvbench.load.local_worker_proc import HEARTBEAT_S
-from kvbench.load.worker_phase import RemotePhase, WorkerBook, open_phase, pack_share
+from kvbench.load.worker_phase import (
+    SILENCE_MIN_S,
+    RemotePhase,
+    WorkerBook,
+    open_phase,
+    pack_share,
+    silence_bound,
+)
 
 START_LEAD_NS = 20_000_000  # the common start, this far after the shares are staged (one small call each)
 CALL_TIMEOUT_S = 60.0  # a call a live worker did not answer (staging a large share included)
 START_TIMEOUT_S = 60.0  # a spawned process importing kvbench and building its client
-SILENCE_MIN_S = 10.0  # 20 beats: a loop held that long by a GC pass or a large share is not frozen
 
 
 @dataclass
@@ -77,7 +83,7 @@ class LocalWorkersBackend:
             raise UsageError("load.pin: pinning workers to cores needs Linux (os.sched_setaffinity)")
         self.workers_wanted = workers
         self.pin = pin
-        self.silence_s = max(float(silence_s), SILENCE_MIN_S)
+        self.silence_s = silence_bound(silence_s)
         self.workers: list[_Proc] = []
         self.phases: list[dict[str, Any]] = []  # what each phase's manifest entry records
         self._spec: dict[str, Any] | None = None
@@ -329,3 +335,6 @@ def _cores() -> list[int]:
     """The cores this process may run on (Linux); elsewhere every core, and `pin` is not offered."""
     getter = getattr(os, "sched_getaffinity", None)
     return sorted(getter(0)) if getter is not None else list(range(os.cpu_count() or 1))
+
+
+__all__ = ["SILENCE_MIN_S", "LocalWorkersBackend"]

@@ -11,10 +11,11 @@ and the run directory. Per phase:
               start moved through the worker's clock offset, measured when it was created)
     stream    the driver polls every worker a few dozen times a second and writes each finished
               row to requests.jsonl as it arrives, with the worker, its node id and hostname
-    lost      a worker whose node disappears (or that stops answering) is recorded: the requests
-              it had started and not finished become rows with error_type `worker_lost`; the ones
-              it never sent become `not_sent` rows (so a phase's rows are always the requests it
-              was asked for, and the run fails); the other workers finish the phase
+    lost      a worker whose node disappears, or that answers no poll for its silence bound
+              (kvbench.load.worker_phase.silence_bound: a stopped or frozen process), is
+              recorded: the requests it had started and not finished become rows with error_type
+              `worker_lost`; the ones it never sent become `not_sent` rows (so a phase's rows are
+              always the requests it was asked for, and the run fails); the other workers finish
     cancel    an interrupted run cancels every worker's requests (they come back `cancelled`)
 
 Workers are created on the first phase and kept for the run (aclose() ends them), so a phase does
@@ -45,22 +46,31 @@ from kvbench.cluster.placement import (
 from kvbench.errors import UsageError
 from kvbench.load.worker_phase import (
     NOT_SENT,
+    SILENCE_MIN_S,
     WORKER_LOST,
     PreparedRequest,
     RemotePhase,
     WorkerBook,
     open_phase,
     pack_share,
+    silence_bound,
     split_shares,
 )
 
 POLL_INTERVAL_S = 0.05
 POLL_TIMEOUT_S = 5.0
-SILENT_LOST_S = 30.0  # a worker that has not answered a poll for this long is taken as lost
 START_LEAD_NS = 100_000_000  # the common start: this far after the driver hands out the shares
 _ACTOR_CLASS: Any = None
 
-__all__ = ["NOT_SENT", "WORKER_LOST", "PreparedRequest", "RayLoadBackend", "RemotePhase", "split_shares"]
+__all__ = [
+    "NOT_SENT",
+    "SILENCE_MIN_S",
+    "WORKER_LOST",
+    "PreparedRequest",
+    "RayLoadBackend",
+    "RemotePhase",
+    "split_shares",
+]
 
 
 @dataclass
@@ -84,12 +94,15 @@ class RayLoadBackend:
     name = "ray"
     remote = True  # the phase passes a RemotePhase, not a coroutine (kvbench.run.throughput)
 
-    def __init__(self, workers: int = 2, placement: Placement = "spread") -> None:
+    def __init__(
+        self, workers: int = 2, placement: Placement = "spread", silence_s: float = SILENCE_MIN_S
+    ) -> None:
         self.ray = require_ray("load on a Ray cluster")
         if workers < 1:
             raise UsageError("load.workers: at least one load worker")
         self.workers_wanted = workers
         self.placement = placement
+        self.silence_s = silence_bound(silence_s)  # unanswered polls for this long: stopped or frozen
         self.workers: list[_Worker] = []
         self.session: Any = None
         self.phases: list[dict[str, Any]] = []  # what each phase's manifest entry records
@@ -232,10 +245,15 @@ class RayLoadBackend:
                 return
             await asyncio.sleep(POLL_INTERVAL_S)
             polls = await settle([w.actor.poll.remote() for w in live], POLL_TIMEOUT_S)
+            now = time.monotonic()
             for w, res in zip(live, polls, strict=True):
                 if isinstance(res, BaseException):
-                    if is_lost(res) or time.monotonic() - w.last_answer > SILENT_LOST_S:
+                    if is_lost(res):
                         self._lose(w, phase, one_line(res))
+                    elif now - w.last_answer > self.silence_s:
+                        silent = f"silent for {now - w.last_answer:.0f} s"
+                        why = f"{silent} (no answer to a poll within {self.silence_s:g} s: stopped or frozen)"
+                        self._lose(w, phase, why)
                     continue
                 self._take(w, res, phase)
 

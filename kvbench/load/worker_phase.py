@@ -21,6 +21,15 @@ from typing import Any, Protocol
 
 WORKER_LOST = "worker_lost"
 NOT_SENT = "not_sent"  # a lost worker's request that it never reported starting
+# a worker's loop held this long by a GC pass, a large share or a busy host is not frozen (20 beats)
+SILENCE_MIN_S = 10.0
+
+
+def silence_bound(connect_timeout_s: float | None) -> float:
+    """How long a load worker may stay silent (no heartbeat, no answer to a poll) before the driver
+    declares it lost, on either backend: the run's own connect timeout, since a live worker says
+    something at least that often, and never under SILENCE_MIN_S."""
+    return max(float(connect_timeout_s or 0.0), SILENCE_MIN_S)
 
 
 @dataclass(frozen=True)

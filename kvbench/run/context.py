@@ -248,10 +248,11 @@ def _load_backend(scn: Scenario, default: str) -> LoadBackend:
     load = scn.load  # load.pin with Ray, or without workers, is refused by the scenario's validation
     if not load.workers:
         return load_backend(default)
-    if scn.cluster.backend == "ray":
-        return load_backend("ray", workers=load.workers)
-    # a worker silent for longer than a connect may take is stopped or frozen (load.local_workers)
+    # a worker silent for longer than a connect may take is stopped or frozen, on either backend
+    # (kvbench.load.worker_phase.silence_bound)
     silence_s = scn.target.timeouts.connect_s
+    if scn.cluster.backend == "ray":
+        return load_backend("ray", workers=load.workers, silence_s=silence_s)
     return load_backend("processes", workers=load.workers, pin=load.pin, silence_s=silence_s)
 
 

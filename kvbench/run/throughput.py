@@ -170,7 +170,7 @@ async def run_phase(
                 await run.load_backend.run(scn.load, items, work)
             finally:
                 run.progress.end_phase()
-        ended = run.client.now()
+            ended = run.client.now()  # before the sampler's closing read, which is not phase time
     noise_summary = noise.summary() if noise is not None else None  # final totals, after it stopped
     after = await run.scraper.scrape(plan.name)
     run.end_metrics(plan.name, before, after)

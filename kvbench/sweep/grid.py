@@ -14,6 +14,7 @@ from typing import Any
 
 from kvbench.configfile import field_at, parse_set, read_value
 from kvbench.errors import UsageError
+from kvbench.redact import redact
 from kvbench.scenario.slo import SLO_METRICS, slo_problem
 from kvbench.scenario.testtypes import translate_key
 
@@ -94,8 +95,10 @@ def grid(axes: list[Axis]) -> list[dict[str, str]]:
 
 
 def point_name(index: int, assignment: dict[str, str], repeat: int = 0) -> str:
-    """`3-load.concurrency=8` (and `-r1` for a repeat): the point's folder under points/."""
-    parts = "-".join(f"{k}={v}" for k, v in assignment.items())
+    """`3-load.concurrency=8` (and `-r1` for a repeat): the point's folder under points/. A value
+    that carries a credential (`target.base_url=http://u:PW@host`) is named without it: folder
+    names are printed, listed and archived like any record (kvbench.redact)."""
+    parts = "-".join(f"{k}={redact(v)}" for k, v in assignment.items())
     slug = re.sub(r"[^A-Za-z0-9._=-]", "_", parts)[:120]
     return f"{index}-{slug}" + (f"-r{repeat}" if repeat else "")
 

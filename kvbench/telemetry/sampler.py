@@ -107,7 +107,9 @@ class Sampler:
 
     @contextlib.asynccontextmanager
     async def during(self, phase: str, interval_s: float) -> AsyncIterator[None]:
-        """Sample every source every `interval_s` while the body runs."""
+        """Sample every source every `interval_s` while the body runs, and each telemetry source
+        once as it starts and once as it ends, so a phase of any length has its rows (callers take
+        the phase's `ended` mark inside the body: the closing read is not phase time)."""
         import aiohttp
 
         if not self.engine.enabled and not self.sources:
@@ -123,11 +125,13 @@ class Sampler:
                 session, http.base_url, dict(http.headers), timeout_s=max(2 * interval_s, 1.0)
             )
             tasks.append(self._tick(interval_ns, lambda: self.engine.scrape(phase, http=own)))
-        for src in self.sources:
-            tasks.append(self._tick(interval_ns, self._one_call(src, session, writer, phase)))
+        for src in self.sources:  # read at once: a phase shorter than interval_s still has rows
+            tasks.append(self._tick(interval_ns, self._one_call(src, session, writer, phase), first=0))
         running = [asyncio.create_task(t) for t in tasks]
+        finished = False
         try:
             yield
+            finished = True
         finally:
             for task in running:
                 task.cancel()
@@ -140,6 +144,8 @@ class Sampler:
                 ]
                 if failed:  # a row the disk refused: the run's one line about it
                     raise failed[0]
+                if finished:  # each source as the phase ended (an interrupted phase is not waited on)
+                    await asyncio.gather(*(self.sample(s, session, writer, phase) for s in self.sources))
             finally:
                 await session.close()
                 if writer is not None:
@@ -154,9 +160,11 @@ class Sampler:
         return call
 
     @staticmethod
-    async def _tick(interval_ns: int, call: Callable[[], Awaitable[Any]]) -> None:
+    async def _tick(interval_ns: int, call: Callable[[], Awaitable[Any]], first: int = 1) -> None:
+        """`call` every interval; `first` 0 calls it at once (telemetry sources: the phase's start),
+        1 an interval in (the engine: its phase-boundary scrape was just taken)."""
         start = time.perf_counter_ns()
-        k = 1
+        k = first
         while True:
             delay = start + k * interval_ns - time.perf_counter_ns()
             if delay > 0:

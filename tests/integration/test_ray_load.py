@@ -5,6 +5,7 @@ above the concurrency; a node removed mid-phase turns its in-flight requests int
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,7 +20,7 @@ from raycluster import alive_actors, kvbench_cli, ray_test_cluster, read_jsonl
 from kvbench.client import ClientConfig, build_body
 from kvbench.cluster import ray_available
 from kvbench.cluster.session import ClusterLimits, connect
-from kvbench.load.ray_backend import WORKER_LOST, PreparedRequest, RayLoadBackend, split_shares
+from kvbench.load.ray_backend import SILENCE_MIN_S, WORKER_LOST, PreparedRequest, RayLoadBackend, split_shares
 from kvbench.mock.api.server import MockServer
 
 pytestmark = [
@@ -347,3 +348,53 @@ def test_sigint_during_a_ray_load_phase_cancels_the_workers_requests(cluster, tm
     assert len(rows) == len({r["request_id"] for r in rows})
     time.sleep(0.5)
     assert alive_actors("LoadWorker") == []
+
+
+def test_a_stopped_ray_worker_is_lost_within_its_silence_bound(cluster, tmp_path) -> None:
+    """SIGSTOP one of two Ray load workers mid-phase: its polls go unanswered, and past the silence
+    bound (the run's connect timeout, SILENCE_MIN_S at least) it is lost the way a dead one is."""
+    c, _ = cluster
+    p = kvbench_cli(
+        *RUN,
+        *WORKERS,
+        *("--set", "prompts.lengths=[2000]", "--requests", "400", "--concurrency", "4"),
+        *("--max-tokens", "32", "--set", "target.timeouts.connect_s=2"),  # below the floor
+        *("--cluster", "ray", "--output-dir", str(tmp_path)),
+        address=c.address,
+        wait=False,
+    )
+    victim = None
+    try:
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline and p.poll() is None:
+            runs = list(tmp_path.iterdir())
+            path = runs[0] / "requests.jsonl" if runs else None
+            if path is not None and path.exists() and path.read_text().count('"worker"') >= 10:
+                victim = alive_actors("LoadWorker")[0]
+                os.kill(victim["Pid"], signal.SIGSTOP)
+                stopped = time.monotonic()
+            time.sleep(0.2)
+        assert victim is not None, "the phase ended before a worker could be stopped"
+        # the stated bound is SILENCE_MIN_S of silence; the timeout only stops a hang failing slowly
+        _out, err = p.communicate(timeout=SILENCE_MIN_S + 120)
+        print(f"SIGSTOP to exit: {time.monotonic() - stopped:.1f} s (bound {SILENCE_MIN_S:g} s of silence)")
+    finally:
+        if victim is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim["Pid"], signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err
+    assert "Traceback" not in err
+    (run_dir,) = list(tmp_path.iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "no answer to a poll" in manifest["error"]
+    backend = manifest["phases"][0]["load_backend"]
+    (lost,) = [w for w in backend["workers"] if w["state"] == "lost"]
+    assert lost["worker"] in manifest["error"] and "stopped or frozen" in lost["error"]
+    rows = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["phase"] != "probe"]
+    assert len(rows) == len({r["request_id"] for r in rows}) == 400  # every request a row, once
+    mine = [r for r in rows if r["worker"] == lost["worker"] and r["status"] != "ok"]
+    assert mine and {r["error_type"] for r in mine} <= {"worker_lost", "not_sent"}
+    assert sum(r["error_type"] == "worker_lost" for r in rows) == lost["lost_in_flight"]
+    assert sum(r["error_type"] == "not_sent" for r in rows) == lost["not_issued"]

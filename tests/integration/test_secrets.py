@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +198,161 @@ def test_no_secret_in_any_file_or_stream(front: Front, tmp_path: Path) -> None:
     rows = "".join((d / "telemetry.jsonl").read_text() for d in runs if (d / "telemetry.jsonl").exists())
     assert '"name":"echo_auth","labels":{"authorization":"<redacted>"}' in rows
     assert_nowhere(tmp_path, console)
+
+
+class Echo:
+    """A hostile target: every request answered HTTP 500 with the Authorization it got, raw and
+    decoded, so each secret comes back in the error kvbench prints."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self.ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+
+    async def main(self) -> None:
+        from aiohttp import web
+
+        async def answer(request: web.Request) -> web.Response:
+            auth = request.headers.get("Authorization", "none")
+            scheme, _, token = auth.partition(" ")
+            plain = base64.b64decode(token).decode() if scheme == "Basic" else token
+            return web.Response(status=500, text=f"refused: Authorization: {auth} (that is {plain})")
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"127.0.0.1:{port}"
+        self.ready.set()
+        await self.stop.wait()
+        await runner.cleanup()
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[Echo]:
+    e = Echo()
+    t = threading.Thread(target=lambda: e.loop.run_until_complete(e.main()), daemon=True)
+    t.start()
+    assert e.ready.wait(60), "echo server did not start"
+    yield e
+    e.loop.call_soon_threadsafe(e.stop.set)
+    t.join(30)
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
+def test_a_failing_run_prints_no_secret(echo: Echo, tmp_path: Path, verbose: bool) -> None:
+    """The target echoes each credential into its error: the console line (and, with --verbose,
+    the traceback before it) says it was refused and shows no secret; the exit code is the one the
+    failure has, with --verbose or without."""
+    flags = ["--verbose"] if verbose else []
+    out = str(tmp_path / "o")
+    console = ""
+    for target, extra in [
+        (f"http://alice:{URL_PW}@{echo.url}/v1", []),
+        (f"http://{echo.url}/v1", ["--api-key-env", "KVB_SECRET_KEY"]),
+    ]:
+        code, text = kvbench(
+            *flags, "run", "ttft", "--base-url", target, *extra, "--no-report", "--output-dir", out,
+            env={"KVB_SECRET_KEY": API_KEY},
+        )  # fmt: skip
+        assert code == 3, text  # the target refused: the same code as without --verbose
+        assert "answered HTTP 500" in text and "Authorization: " in text and "<redacted>" in text, text
+        assert ("Traceback (most recent call last)" in text) == verbose, text
+        console += text
+    for secret in forms():
+        assert secret not in console, (secret, console)
+
+
+# --- the CLI's own output, in this process (run_cli): an error whose text carries a secret (a
+# library's exception, a server's words), its --verbose traceback, and a stray log record that
+# reaches logging.lastResort; a secret learnt from the command line (--api-key-env, a URL's
+# userinfo) is masked before any preflight has seen it.
+
+CLI_PW = "cliPW-5e8d1qz"  # its own secrets: the in-process tests remember them in this process
+CLI_KEY = "sk-cli-KEY-3a9f7c"
+
+
+def failing_run(monkeypatch: pytest.MonkeyPatch, secret: str) -> None:
+    """`kvbench run` fails inside the runner with an error that carries `secret` raw, as a
+    library's exception or a server's words could: only the CLI's own redaction can mask it."""
+
+    async def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"upstream said {secret} (from http://alice:{secret}@h/v1)")
+
+    monkeypatch.setattr("kvbench.run.runner.run_scenario", boom)
+    monkeypatch.setenv("KVB_CLI_KEY", CLI_KEY)
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
+@pytest.mark.parametrize(
+    ("secret", "target"),
+    [
+        (CLI_PW, [f"--base-url=http://alice:{CLI_PW}@127.0.0.1:9/v1"]),
+        (CLI_KEY, ["--api-key-env", "KVB_CLI_KEY"]),
+    ],
+    ids=["url-password", "api-key-env"],
+)
+def test_an_error_carrying_a_secret_is_printed_redacted(
+    run_cli, monkeypatch, tmp_path, verbose: bool, secret: str, target: list[str]
+) -> None:
+    failing_run(monkeypatch, secret)
+    args = ["--verbose"] if verbose else []
+    code, out, err = run_cli(*args, "run", "ttft", *target, "--no-report", "--output-dir", str(tmp_path))
+    assert code == 1, err  # an internal error: exit 1, with --verbose or without
+    assert "RuntimeError: upstream said <redacted>" in err, err
+    assert ("Traceback (most recent call last)" in err) == verbose, err
+    assert secret not in out + err, err
+
+
+def test_verbose_keeps_a_user_errors_exit_code(run_cli, tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nnot_a_field: 1\n")
+    plain = run_cli("validate", str(bad))
+    verbose = run_cli("--verbose", "validate", str(bad))
+    assert plain[0] == verbose[0] == 2
+    assert "Traceback (most recent call last)" in verbose[2] and "Traceback" not in plain[2]
+
+
+def test_a_stray_log_record_is_redacted_by_last_resort(capsys) -> None:
+    from kvbench.cli import _guard_logging
+    from kvbench.redact import remember
+
+    remember(CLI_KEY)
+    _guard_logging()
+    assert logging.lastResort is not None
+    try:
+        raise ValueError(f"Authorization: Bearer {CLI_KEY}")
+    except ValueError:
+        record = logging.LogRecord(
+            "somelib", logging.WARNING, __file__, 1, "retrying %s", (f"http://u:{CLI_PW}@h",), sys.exc_info()
+        )
+    logging.lastResort.handle(record)
+    err = capsys.readouterr().err
+    assert "retrying http://" in err and "ValueError: Authorization: Bearer <redacted>" in err
+    assert CLI_PW not in err and CLI_KEY not in err
+
+
+async def test_a_sweep_over_credentialled_urls_names_no_password(tmp_path: Path) -> None:
+    """`--over target.base_url=http://u:PW1@host,http://u:PW2@host`: both points run, and no file,
+    no file name (the point folders are named for their values: before, the password was in it)
+    and no console line of the sweep holds either password."""
+    pws = ["ovPW-6h2k9d", "ovPW-8m4q1s"]
+    async with spawned_mock(profile="ci") as mock:
+        host = mock.base_url.split("://", 1)[1]
+        urls = ",".join(f"http://u:{pw}@{host}" for pw in pws)
+        code, text = kvbench(
+            "sweep", "ttft", "--over", f"target.base_url={urls}", "--set", "prompts.count=2",
+            "--set", "prompts.lengths=[1000]", "--out", str(tmp_path / "sweep"), "--quiet",
+        )  # fmt: skip
+    assert code == 0, text
+    points = sorted(p.name for p in (tmp_path / "sweep" / "points").iterdir())
+    assert len(points) == 2 and all("redacted" in p for p in points), points
+    for pw in pws:
+        assert pw not in text
+        for path in (tmp_path / "sweep").rglob("*"):
+            assert pw not in str(path.relative_to(tmp_path)), path
+            assert path.is_dir() or pw.encode() not in path.read_bytes(), path

@@ -1,11 +1,8 @@
 """Bad input: one or a few `path: message` lines on stderr, exit code 2, never a traceback."""
 
-import sys
 from pathlib import Path
 
 import pytest
-
-from kvbench.cli import main
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad_scenarios"
 
@@ -74,12 +71,13 @@ def test_missing_file_directory_and_huge_file(run_cli, tmp_path):
     assert code == 2 and "limited to" in err
 
 
-def test_verbose_shows_the_traceback(monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["kvbench", "--verbose", "validate", str(BAD / "unknown_key.yaml")])
-    from kvbench.errors import ScenarioError
-
-    with pytest.raises(ScenarioError):
-        main()
+def test_verbose_shows_the_traceback(run_cli):
+    # printed (redacted, like every line) before the error's own line; the exit code stays the
+    # error's, so --verbose never changes what a script sees
+    code, _, err = run_cli("--verbose", "validate", str(BAD / "unknown_key.yaml"))
+    assert code == 2
+    assert "Traceback (most recent call last)" in err and "ScenarioError" in err
+    assert err.strip().splitlines()[-1].startswith("kvbench: ")
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,8 @@ async def test_a_slow_source_skips_ticks_and_is_never_asked_twice_at_once(tmp_pa
     async with sampler.during("cached", 0.1):
         await asyncio.sleep(0.9)
     assert state["most"] == 1  # one at a time
-    assert 2 <= state["calls"] <= 4  # about 0.9 / (0.1 + 0.25), not 9 queued ticks
+    # about 0.9 / (0.1 + 0.25) ticks, the first at once, plus the closing read: not 9 queued ticks
+    assert 3 <= state["calls"] <= 6
     assert len(warnings) == 1 and sampler.errors == len(read_jsonl(tmp_path / "telemetry.jsonl"))
 
 

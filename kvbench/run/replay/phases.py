@@ -220,11 +220,11 @@ async def send_phase(
     try:
         async with run.scraper.during(PHASE, scn.telemetry.interval_s):
             await backend.run(sched.load, sched.items, work)
+            ended = run.client.now()  # before the sampler's closing read, which is not phase time
     finally:
         run.progress.end_phase()
         if feed is not None:
             await feed.aclose()
-    ended = run.client.now()
     run.end_metrics(PHASE, before, await run.scraper.scrape(PHASE))
     remote = backend.phases if isinstance(backend, RemoteLoadBackend) else None
     if remote:  # the span the workers sent in, as the throughput test counts it

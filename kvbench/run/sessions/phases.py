@@ -290,7 +290,7 @@ async def run_phase(run: Run, phase: Phase, knobs: SessionsSection) -> None:
                 await run_closed_loop(items, knobs.max_active, phase.user)
         finally:
             run.progress.end_phase()
-    ended = run.client.now()
+        ended = run.client.now()  # before the sampler's closing read, which is not phase time
     after = await run.scraper.scrape(phase.name)
     run.end_metrics(phase.name, before, after)
     entry = phase_entry(
