@@ -40,22 +40,37 @@ class _Method:
         self.fn = fn
 
     def remote(self, *args: Any) -> _Ref:
-        out = self.fn(*args)
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            out = self.fn(*args)
+        except Exception as exc:  # as Ray does: the call's failure comes back through its ref
+            fut.set_exception(exc)
+            return _Ref(fut)
         if asyncio.iscoroutine(out):
             return _Ref(asyncio.run_coroutine_threadsafe(out, asyncio.get_running_loop()))
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         fut.set_result(out)
         return _Ref(fut)
+
+
+class _Lost(Exception):
+    """Stands in for Ray's RayActorError: the actor or its node is gone."""
+
+
+def _gone() -> None:
+    raise _Lost("The actor died unexpectedly before finishing this task.")
 
 
 class _Actor:
     """An actor handle on a node: calls go to a real NoiseClient; where() answers for the node."""
 
-    def __init__(self, client: NoiseClient, node: dict[str, Any]) -> None:
+    def __init__(self, client: NoiseClient, node: dict[str, Any], lost: set[str]) -> None:
         self.client = client
         self.node = node
+        self.lost = lost
 
     def __getattr__(self, name: str) -> _Method:
+        if name == "sample" and self.client.name in self.lost:
+            return _Method(_gone)
         if name == "where":
             node = self.node
             where = {"node_id": node["NodeID"], "hostname": node["NodeManagerHostname"],
@@ -69,6 +84,8 @@ class _FakeRay:
         self._nodes = nodes
         self.placed: list[tuple[str, str, float]] = []  # (client, node, cpus)
         self.killed: list[str] = []
+        self.lost: set[str] = set()  # clients whose node goes away at their first sample
+        self.actors: list[_Actor] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
@@ -83,7 +100,9 @@ class _FakeRay:
             def remote(self, name: str) -> _Actor:
                 node = next(n for n in fake._nodes if n["NodeID"] == self.kw["scheduling_strategy"])
                 fake.placed.append((name, node["NodeID"], self.kw["num_cpus"]))
-                return _Actor(cls(name), node)
+                actor = _Actor(cls(name), node, fake.lost)
+                fake.actors.append(actor)
+                return actor
 
         class _Class:
             @staticmethod
@@ -122,6 +141,7 @@ def fake_ray(monkeypatch: pytest.MonkeyPatch) -> _FakeRay:
     monkeypatch.setattr(ray_backend, "node_affinity", lambda node_id: node_id)
     monkeypatch.setattr(ray_backend, "_ACTOR_CLASS", None)
     monkeypatch.setattr(session, "current", lambda: sess)
+    monkeypatch.setattr(ray_backend, "is_lost", lambda exc: isinstance(exc, _Lost))
     return ray
 
 
@@ -220,3 +240,29 @@ def test_a_loopback_sink_is_refused_for_clients_on_other_machines(
 def test_zero_clients_is_refused(fake_ray: _FakeRay) -> None:
     with pytest.raises(UsageError, match=r"noise\.clients: at least one"):
         _backend(TcpNoise(targets=["h:1"]), None, clients=0)
+
+
+async def test_a_client_lost_mid_phase_is_recorded_and_the_others_go_on(fake_ray: _FakeRay) -> None:
+    fake_ray.lost.add("ray-1")
+    rows = _Rows()
+    async with tcp_sink() as sink:
+        cfg = TcpNoise(targets=[sink.address], senders=1, rate_bytes_per_s=2e6, max_duration_s=60)
+        backend = _backend(cfg, rows, clients=2)
+        try:
+            async with backend as handle:
+                for _ in range(600):  # the first sample comes a second in: wait for it, bounded
+                    if backend.clients[1].state == "lost":
+                        break
+                    await asyncio.sleep(0.05)
+        finally:
+            for actor in fake_ray.actors:  # a real kill ends the lost actor's senders with it
+                if actor.client.backend is not None:
+                    await actor.client.stop()
+    summary = handle.summary()
+    clients = {c["client"]: c for c in summary["clients"]}
+    assert clients["ray-1"]["state"] == "lost" and clients["ray-1"]["error"].startswith("lost: _Lost: ")
+    assert clients["ray-0"]["state"] == "stopped" and clients["ray-0"]["bytes"] > 0
+    assert summary["cluster"]["clients_lost"] == ["ray-1"] and summary["cluster"]["clients_running"] == 1
+    assert any(p.startswith("ray-1 on host-") and "lost" in p for p in handle.problems)
+    assert handle.total_bytes == clients["ray-0"]["bytes"] + clients["ray-1"]["bytes"]
+    assert {r["client"] for r in rows.rows} >= {"ray-0", "total"}
