@@ -49,6 +49,12 @@ def _read(path: Path) -> str:
         raise UsageError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
 
 
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
 def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
@@ -73,16 +79,17 @@ def _jsonl(path: Path, text: str) -> list[tuple[int, Any]]:
 
 
 def _array(path: Path, text: str, start: int) -> list[tuple[int, Any]]:
-    """A JSON array's elements, each with the line it starts on (so an error names the line)."""
+    """A JSON array's elements, each with the line it starts on (so an error names the line).
+
+    As strict as json.loads: one comma between elements, none before the first or after the last.
+    """
     out: list[tuple[int, Any]] = []
-    pos, n = start + 1, len(text)
+    pos, n = _skip_space(text, start + 1), len(text)
+    if pos < n and text[pos] == "]":
+        return out
     while True:
-        while pos < n and text[pos] in " \t\r\n,":
-            pos += 1
         if pos >= n:
             raise UsageError(f"{path}:{_line_of(text, pos)}: entry: the JSON array is not closed")
-        if text[pos] == "]":
-            return out
         try:
             value, end = _DECODER.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
@@ -90,4 +97,9 @@ def _array(path: Path, text: str, start: int) -> list[tuple[int, Any]]:
                 f"{path}:{exc.lineno}: entry: not JSON ({exc.msg} at column {exc.colno})"
             ) from None
         out.append((_line_of(text, pos), value))
-        pos = end
+        pos = _skip_space(text, end)
+        if pos < n and text[pos] == "]":
+            return out
+        if pos < n and text[pos] != ",":
+            raise UsageError(f"{path}:{_line_of(text, pos)}: entry: not JSON (expected ',' or ']')")
+        pos = _skip_space(text, pos + 1)

@@ -72,3 +72,24 @@ def test_missing_and_oversized_files_are_refused(tmp_path: Path, monkeypatch: py
     with pytest.raises(UsageError) as exc:
         reading.entries(path)
     assert exc.value.message == f"{path}: larger than 0 GiB; not a prompt list"
+
+
+@pytest.mark.parametrize(
+    "body",
+    ['[{"a": 1} {"a": 2}]', '[{"a": 1},, {"a": 2}]', '[{"a": 1},]', '[, {"a": 1}]', '[{"a": 1}\n{"a": 2}\n]'],
+)
+def test_an_array_is_as_strict_as_json(tmp_path: Path, body: str) -> None:
+    # a missing, doubled, leading or trailing comma is not JSON: json.loads refuses each one too
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(body)
+    path = tmp_path / "d.json"
+    path.write_text(body)
+    with pytest.raises(UsageError, match=r"d\.json:\d+: entry: not JSON"):
+        reading.entries(path)
+
+
+def test_an_empty_array_and_spaced_commas_read_as_json_does(tmp_path: Path) -> None:
+    for body in ["[]", "[ ]", '[ {"a": 1} ,\n {"a": 2} ]']:
+        path = tmp_path / "d.json"
+        path.write_text(body)
+        assert [v for _, v in reading.entries(path)] == json.loads(body)
