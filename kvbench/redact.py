@@ -115,11 +115,13 @@ def redact_text(text: str, extra: tuple[str, ...] = ()) -> str:
     """`text` with URL userinfo, echoed credentials and every remembered secret masked."""
     if not text:
         return text
+    # userinfo first: masking a remembered user name inside it would leave `<redacted>:pw@`, which
+    # the userinfo pattern (no `<` in userinfo) no longer sees, and a short password would show
+    if "@" in text:
+        text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     for secret in extra + _ordered:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    if "@" in text:
-        text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     text = _ECHOED.sub(_mask_scheme, text)
     return _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 

@@ -68,3 +68,12 @@ def test_baseurl_and_clients_use_the_one_function() -> None:
     out = red(text)
     assert "hdr-secret-55" not in out and "pw-cl3" not in out and b64("carol:pw-cl3") not in out
     assert "other-tok-123" not in out  # an echoed bearer token nobody configured
+
+
+def test_a_remembered_user_name_does_not_unmask_a_short_password() -> None:
+    # the user name is remembered (4+ characters), the password is too short to be; the URL's
+    # userinfo must still go whole, not as `<redacted>:pw@`
+    r.remember(*r.secrets_of_url("ftp://someuser:pw@host"))
+    assert (
+        r.redact_text("--base-url 'ftp://someuser:pw@host': bad") == "--base-url 'ftp://<redacted>@host': bad"
+    )
