@@ -292,6 +292,17 @@ def sessions_section(summary: RunSummary) -> Section | None:
     )
 
 
+def verdict_section(summary: RunSummary) -> Section | None:
+    """An arm of `kvbench run replay --arms`: the offload verdict its arms folder holds."""
+    if not summary.verdict and summary.verdict_note is None:
+        return None
+    from kvbench.report.verdict.table import HEAD, verdict_cells
+
+    rows = verdict_cells([r.model_dump() for r in summary.verdict])
+    paras = [summary.verdict_note] if summary.verdict_note else []
+    return Section("Offload verdict", paras, [Table(HEAD, rows)] if rows else [])
+
+
 def build_sections(
     summary: RunSummary, images: list[Path], extra: list[Section] | None = None
 ) -> list[Section]:
@@ -307,6 +318,7 @@ def build_sections(
         if (replay := replay_section(Path(summary.run.run_dir))) is not None:
             secs.append(replay)
     for make in (
+        verdict_section,
         speedup_section,
         throughput_section,
         noise_section,
