@@ -31,7 +31,14 @@ from kvbench.results import write_json_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY, ReplayRow
 from kvbench.results.schema import Label, LengthRangeInfo, LoadShape
 from kvbench.run.context import Run, phase_entry
-from kvbench.run.replay.feed import ContextFit, PromptFeed, Schedule, schedule_items, selected_rows
+from kvbench.run.replay.feed import (
+    ContextFit,
+    PromptFeed,
+    Schedule,
+    context_line,
+    schedule_items,
+    selected_rows,
+)
 from kvbench.scenario.testtypes import ReplaySection
 from kvbench.traces import TraceRow, open_trace
 from kvbench.traces.realise import BlockText, Calibration, Realised, calibrate, prompt_text, realise
@@ -104,11 +111,8 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
         counted.rows(selected_rows(trace, test), answer), test, str(trace.path), scn.output.max_tokens
     )
     run.rd.update(load=replay_load(sched, test))
-    if counted.skipped or counted.clipped:
-        run.progress.log(
-            f"replay: {counted.skipped} row(s) skipped, {counted.clipped} clipped: longer than the model's "
-            f"context {counted.max_model_len} (trace.over_context={src.over_context})"
-        )
+    if (fitted := context_line(counted.record())) is not None:
+        run.progress.log(fitted)
     cal = await calibrate(VOCAB, run.token_counter)
     if cal.dropped_words:
         run.progress.log(
@@ -322,12 +326,8 @@ def replay_lines(run: Run, summary: dict[str, Any]) -> list[str]:
         if prompt
         else "replay: no successful request",
     ]
-    ctx = summary["context"]
-    if ctx["skipped"] or ctx["clipped"]:
-        lines.append(
-            f"replay: {ctx['skipped']} row(s) skipped, {ctx['clipped']} clipped over the context "
-            f"{ctx['max_model_len']} (trace.over_context={ctx['policy']})"
-        )
+    if (fitted := context_line(summary["context"])) is not None:
+        lines.append(fitted)
     late = summary["lateness"]
     if late.get("n"):
         lines.append(f"replay: dispatch lateness p50 {late['p50_ms']:.2f} ms, p99 {late['p99_ms']:.2f} ms")
