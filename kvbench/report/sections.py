@@ -12,8 +12,10 @@ from pathlib import Path
 from kvbench.report.core.formats import Section, Table, fmt, fmt_ci, fmt_interval, fmt_ms_as_s
 from kvbench.report.mock_lateness import mock_lateness_section
 from kvbench.report.noisy.section import noise_section
+from kvbench.report.sessions.load import sessions_load_rows
 from kvbench.report.summary import RunSummary
 from kvbench.report.twin.range import twin_section
+from kvbench.report.verdict.section import verdict_section
 from kvbench.results.schema import LengthRangeInfo, LoadShape
 
 
@@ -75,7 +77,7 @@ def run_section(summary: RunSummary) -> Section:
         rows.append(
             ["time scale", f"{run.time_scale.value:g} of the modelled pace ({run.time_scale.source})"]
         )
-    rows += load_rows(run.load, run.load_source)
+    rows += (sessions_load_rows if run.test == "sessions" else load_rows)(run.load, run.load_source)
     rows += [["reference", str(run.reference)], ["requests recorded", fmt(run.requests)]]
     paras = [f"**{summary.banner}**"] if summary.banner else []
     return Section("Run", paras, [Table(["", ""], rows)])
@@ -290,17 +292,6 @@ def sessions_section(summary: RunSummary) -> Section | None:
         ],
         [Table(header, rows), Table(th, tr)],
     )
-
-
-def verdict_section(summary: RunSummary) -> Section | None:
-    """An arm of `kvbench run replay --arms`: the offload verdict its arms folder holds."""
-    if not summary.verdict and summary.verdict_note is None:
-        return None
-    from kvbench.report.verdict.table import HEAD, verdict_cells
-
-    rows = verdict_cells([r.model_dump() for r in summary.verdict])
-    paras = [summary.verdict_note] if summary.verdict_note else []
-    return Section("Offload verdict", paras, [Table(HEAD, rows)] if rows else [])
 
 
 def build_sections(

@@ -59,6 +59,8 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
     what = (
         "probe prompt(s) (the replay realises the trace's rows as it runs)"
         if scn.test.kind == "replay"
+        else "probe prompt(s) (the sessions test builds its users' messages next)"
+        if scn.test.kind == "sessions"
         else "prompts"
     )
     run.progress.log(
