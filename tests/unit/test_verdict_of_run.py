@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from kvbench.report.verdict.of_run import run_verdict
@@ -61,3 +62,29 @@ def test_arms_without_a_verdict_yet(tmp_path: Path) -> None:
     assert run_verdict(runs[0]) is None
     (runs[0].parents[1] / "verdict.json").write_text("{not json", encoding="utf-8")
     assert run_verdict(runs[0]) is None
+
+
+def test_an_arms_summary_and_report_carry_the_verdict(tmp_path: Path) -> None:
+    from kvbench.report.summary import build_summary
+    from kvbench.report.verdict.section import verdict_section
+
+    fixture = Path(__file__).resolve().parents[1] / "data" / "fixture_runs" / "20261130T140312Z-ttft-3f9a1c"
+    folder = tmp_path / "arms-20261206T000000Z"
+    run = folder / "0-offload" / fixture.name
+    shutil.copytree(fixture, run)
+    doc = {"arms": [{"arm": "offload", "run_id": run.name, "run_dir": str(run)}], "verdict": [ROW]}
+    (folder / "verdict.json").write_text(json.dumps(doc), encoding="utf-8")
+    summary, _, _ = build_summary(run)
+    assert [r.model_dump() for r in summary.verdict] == [ROW]
+    assert summary.verdict_note is not None and "the offload arm" in summary.verdict_note
+    section = verdict_section(summary)
+    assert section is not None and section.title == "Offload verdict"
+    assert section.tables[0].rows[0][:5] == ["hit ratio", "no-offload", "0.8", "0.3", "-0.5"]
+    # a row this kvbench cannot read: the report says which field, and shows no table
+    (folder / "verdict.json").write_text(json.dumps({**doc, "verdict": [{**ROW, "ci": "wide"}]}))
+    summary, _, _ = build_summary(run)
+    assert summary.verdict == [] and "verdict row field ci" in (summary.verdict_note or "")
+    section = verdict_section(summary)
+    assert section is not None and not section.tables
+    plain, _, _ = build_summary(fixture)  # a run that is no arm: no verdict, no section
+    assert plain.verdict == [] and plain.verdict_note is None and verdict_section(plain) is None
