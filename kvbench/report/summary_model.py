@@ -17,8 +17,9 @@ from kvbench.report.core.manifest import TimeScale
 from kvbench.report.noisy.attribution import PhaseAttribution
 from kvbench.report.noisy.effect import NoiseEffect
 from kvbench.report.noisy.explain import NoiseExplanation
+from kvbench.report.replay.model import ReplaySummary
 from kvbench.report.twin.range import TwinPrediction
-from kvbench.results.schema import LoadShape
+from kvbench.results.schema import LoadShape, TraceRecord
 
 # 2: run.load is the manifest's own load shape (results.schema.LoadShape), its origin in run.load_source
 REPORT_VERSION = 2
@@ -143,6 +144,7 @@ class RunInfo(_Model):
     requests: int = F("requests recorded")
     load: LoadShape | None = F("how requests were issued (None: not recorded)", default=None)
     load_source: str | None = F("where the load shape was read from", default=None)
+    trace: TraceRecord | None = F("replay test: the manifest's trace as run (None otherwise)", default=None)
     time_scale: TimeScale = F("the server's time scale (mock profiles may run faster than real time)")
 
 
@@ -206,9 +208,9 @@ class RunSummary(_Model):
     sessions: dict[str, Any] | None = F(
         "sessions test: per_turn and per_tier tables from turns.jsonl (report.sessions)", default=None
     )
-    replay: dict[str, Any] | None = F(
-        "replay test: the replay section as the report shows it (paragraphs; tables with caption, head, "
-        "rows: the hit table first)",
+    replay: ReplaySummary | None = F(
+        "replay test: the hit table as numbers, a window's ideal with the trace's history, and the "
+        "section as the report shows it (paragraphs; tables with caption, head, rows: hits first)",
         default=None,
     )
     twin: TwinPrediction | None = F(

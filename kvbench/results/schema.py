@@ -127,6 +127,39 @@ class LoadShape(Record):
     max_tokens: int = Field(description="Output tokens asked per request.")
 
 
+class TraceRecord(Record):
+    """A replay's trace as run: which file, which rows (and why some were left out), how fast.
+
+    Written by kvbench.run.replay.record; absent for every other test."""
+
+    path: str = Field(description="The trace file replayed.")
+    format: str = Field(description="Its row format: mooncake, bailian or weka.")
+    block_tokens: int = Field(description="Tokens per hash id in the trace.")
+    rows: int = Field(description="Rows replayed (one request each), after skips.")
+    skipped: int = Field(0, description="Rows left out for being longer than the model's context.")
+    clipped: int = Field(0, description="Rows whose prompt was cut to fit the model's context.")
+    over_context: Literal["fail", "skip", "clip"] = Field(
+        "fail", description="trace.over_context: what a row over the model's context got."
+    )
+    max_model_len: int | None = Field(None, description="The context the rows were checked against.")
+    schedule: str = Field(description="test.schedule: fixed (the trace's timestamps), rate or concurrent.")
+    speedup: float = Field(1.0, description="trace.speedup: the trace's time ran this many times faster.")
+    start_ms: float = Field(0.0, description="trace.start_ms: rows before this trace time were not sent.")
+    window_ms: float | None = Field(None, description="trace.window_ms: rows after start_ms + this not sent.")
+    limit: int | None = Field(None, description="trace.limit: at most this many rows.")
+    rows_before: int = Field(0, description="Rows of the trace before the window (timestamp < start_ms).")
+    starts_cold: bool = Field(
+        False,
+        description="The replayed rows start from an empty cache although the trace has rows before "
+        "them: a prefix those rows shared is a miss here (compare ideal_with_history).",
+    )
+    ideal_with_history: float | None = Field(
+        None,
+        description="starts_cold: the window's ideal hit ratio (trace blocks, share of prompt tokens) had "
+        "the rows before it already been cached; null otherwise.",
+    )
+
+
 class SessionsPhase(Record):
     """What a sessions phase did (its turns are rows of turns.jsonl)."""
 
@@ -275,6 +308,7 @@ OMIT_WHEN_NONE = frozenset(
         "cluster",
         "clock_source",
         "clock",
+        "trace",
     }
 )
 
@@ -300,6 +334,9 @@ class Manifest(Record):
     environment: EnvironmentInfo = Field(description="The client host.")
     options: OptionsInfo = Field(description="Run options that change how results read.")
     load: LoadShape | None = Field(None, description="The load shape (absent in runs before it existed).")
+    trace: TraceRecord | None = Field(
+        None, description="Replay test: the trace as run (file, rows used and skipped, pace, window)."
+    )
     phases: list[PhaseEntry] = Field(default_factory=list, description="One entry per phase, in order.")
     error_counts: dict[str, int] = Field(default_factory=dict, description="error_type -> failed rows.")
     requests: int | None = Field(None, description="Rows written, probes included (set at the end).")

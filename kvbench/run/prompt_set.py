@@ -55,19 +55,23 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
             outside_tolerance=len(off),
         )
     )
-    # a replay's own prompts are the trace's rows, realised as it runs: this set is only its probe
-    what = (
-        "probe prompt(s) (the replay realises the trace's rows as it runs)"
-        if scn.test.kind == "replay"
-        else "probe prompt(s) (the sessions test builds its users' messages next)"
-        if scn.test.kind == "sessions"
-        else "prompts"
-    )
-    run.progress.log(
-        f"built {len(prompts)} {what} ({sum(lengths):,} tokens) in {elapsed:.1f}s, "
-        f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
-    )
+    counted = f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
+    if scn.test.kind in ("replay", "sessions"):  # their own prompts are built as they run: this is a probe
+        run.progress.log(
+            f"built {probe_words(lengths)} to check the server before the {scn.test.kind} test "
+            f"in {elapsed:.1f}s, {counted}"
+        )
+    else:
+        built = f"built {len(prompts)} prompts ({sum(lengths):,} tokens)"
+        run.progress.log(f"{built} in {elapsed:.1f}s, {counted}")
     return prompts
+
+
+def probe_words(lengths: list[int]) -> str:
+    """`a 16-token probe`, or `3 probes (48 tokens)` where a scenario set more."""
+    if len(lengths) == 1:
+        return f"a {lengths[0]:,}-token probe"
+    return f"{len(lengths)} probes ({sum(lengths):,} tokens)"
 
 
 async def dataset_prompt_set(run: Run) -> list[Prompt]:

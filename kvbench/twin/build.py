@@ -16,7 +16,7 @@ link sharing under noise (the base's fabric knobs are kept).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvbench.errors import UsageError
@@ -25,6 +25,7 @@ from kvbench.mock.costs.timing import ModelParams, derive_params
 from kvbench.mock.profiles import load_profile, validate_profile
 from kvbench.model.kv_geometry import PRESETS
 from kvbench.model.prefill import prefill_time
+from kvbench.twin import closedloop, measure, seqlimit
 from kvbench.twin import fit as F
 from kvbench.twin.scheduler import Scheduler, choose
 from kvbench.twin.sources import RunData
@@ -42,6 +43,7 @@ class Twin:
     decode: F.DecodeFit | None
     notes: list[str]
     scheduler: Scheduler | None = None
+    seq_limit: seqlimit.SeqLimit | None = None
 
 
 def _base(name: str) -> TieredProfile:
@@ -154,6 +156,11 @@ def build_twin(
     draft = _draft(base, geometry, served, pf.a, pf.c, g4)
     draft["gpu"] |= scheduler.gpu_fields()
     decode = _decode(runs, _params(draft), draft, notes)
+    limit = _seq_limit(runs, draft, scheduler, max_seqs, notes)
+    draft["gpu"]["max_num_seqs"] = limit.value
+    if limit.origin in ("gauges", "model"):  # measured: it replaces the prior (given or default stay)
+        fitted = {"max_num_seqs": f"{limit.origin}: {limit.detail}"}
+        scheduler = replace(scheduler, max_num_seqs=limit.value, origin=scheduler.origin | fitted)
     notes.append(
         "concurrent reads share the serving tier's bandwidth (its aggregate is the read bandwidth: a "
         "what-if on tiers.G4.read_bandwidth_bytes_per_s moves both); the noise link is not fitted (at "
@@ -166,11 +173,17 @@ def build_twin(
             f"under load: steps of {scheduler.token_budget} tokens, {scheduler.max_num_seqs} sequences at "
             f"once ({scheduler.origin['token_budget']})"
         )
-    if any(r.throughput for r in runs):
+    if limit.points:
         notes.append(
-            "throughput rows are recorded, not fitted: --validate RUN says how well the twin predicts them"
+            "throughput rows fit the sequence limit only (fit.terms.max_num_seqs): --validate RUN says how "
+            "well the twin predicts them"
         )
-    twin = Twin(draft, pf, onboard, decode, notes, scheduler)
+    elif any(r.throughput for r in runs):
+        notes.append(
+            "throughput rows are recorded, not fitted (no closed-loop phase at the TTFT sweep's pace): "
+            "--validate RUN says how well the twin predicts them"
+        )
+    twin = Twin(draft, pf, onboard, decode, notes, scheduler, limit)
     draft["fit"] = fit_section(runs, twin)
     draft["description"] = f"Twin fitted by kvbench fit to {', '.join(str(r.run_dir) for r in runs)}"
     _params(draft)  # the mock must accept its own twin
@@ -188,6 +201,32 @@ def _decode(
     draft["gpu"]["decode_step_base_s"] = fit.base_s
     draft["gpu"]["hbm_bandwidth_bytes_per_s"] = fit.hbm_bytes_per_s or UNBOUNDED_BW
     return fit
+
+
+def _seq_limit(
+    runs: list[RunData], draft: dict[str, Any], scheduler: Scheduler, given: int | None, notes: list[str]
+) -> seqlimit.SeqLimit:
+    """The sequence limit from the runs' gauges or the step model's replay of their load (seqlimit)."""
+    pace = next((r.source.pace for r in runs if r.source is not None), 1.0)
+    loads, other = [], set()
+    for r in runs:
+        for load in measure.read_load(r.run_dir):
+            if abs(load.pace - pace) <= 1e-6 * max(pace, load.pace):
+                loads.append(load)
+            else:
+                other.add(str(r.run_dir))
+    if other:
+        names = ", ".join(sorted(other))
+        notes.append(f"not fitted to (another pace than the TTFT sweep's {pace:g}): {names}")
+    params = _params(draft)
+
+    def predictor(load: measure.Load, limit: int | None) -> tuple[float, float]:
+        p = closedloop.predict(params, load.requests, load.concurrency, limit)
+        return p.requests_per_s, p.ttft_p50_s
+
+    gauges = measure.read_gauges([r.run_dir for r in runs if str(r.run_dir) not in other])
+    prior = scheduler.origin.get("max_num_seqs", "default")
+    return seqlimit.choose(loads, predictor, scheduler.max_num_seqs, prior, given, gauges)
 
 
 def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
@@ -222,6 +261,7 @@ def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
         "cached_tokens_max": max(cached) if cached else None,
         "concurrency_max": max((t.concurrency for t in tput), default=1),
     }
+    predicted = {(p.run, p.phase): p.predicted() for p in (twin.seq_limit.points if twin.seq_limit else ())}
     observed = [
         {
             "label": t.label,
@@ -229,10 +269,13 @@ def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
             "requests_per_s": t.requests_per_s,
             "ttft_p50_s": t.ttft_p50_s,
         }
+        | predicted.get((t.run, t.phase), {})
         for t in tput
     ]
     if twin.scheduler is not None:
         terms["scheduler"] = twin.scheduler.record()
+    if twin.seq_limit is not None:
+        terms["max_num_seqs"] = twin.seq_limit.record()
     sources = [r.source.as_dict() for r in runs if r.source is not None]
     return {
         "runs": [str(r.run_dir) for r in runs],

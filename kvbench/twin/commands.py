@@ -17,16 +17,44 @@ FIT_HELP = """Fit a mock profile (a twin) to your own runs, then run any scenari
   kvbench fit results/<that run> -o my-twin.yaml
   kvbench run throughput --mock-profile ./my-twin.yaml --set target.mock_overrides={}
   kvbench fit results/<that run> -o my-twin.yaml --validate results/<a throughput run>
+  kvbench fit --base-url http://127.0.0.1:8000 --budget-s 120 --concurrencies 1,2,4,8
 
 A TTFT run's cold rows give the prefill cost (a*n + c*n^2 + fixed), its warm rows the serving tier's
 onboarding latency and bandwidth (as G4), its inter-token times the decode step. Fit quality (R^2,
 residuals, points) and the ranges the fit holds for go into the profile's `fit:` section. Under
 load the twin schedules in steps (a token budget per step, a sequence limit, a fixed cost per
 request): give your server's with --step-budget / --max-seqs, else the engine's defaults are assumed
-and said so. --validate RUN runs RUN's scenario on the twin and prints the error per metric. The twin
+and said so; throughput runs given beside the sweep fit the sequence limit (the server's gauges, else
+the step model's replay of their load). --base-url URL measures the sweep and a throughput run per
+--concurrencies itself, within --budget-s, under --runs-dir (--api-key-env NAME: the key by name).
+--validate RUN runs RUN's scenario on the twin and prints the error per metric. The twin
 runs in real time: clear a scenario's pace override (ttft sets time_scale 0.1) with
 --set target.mock_overrides={}.
 """
+
+
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        help="Measure this server first: a short TTFT sweep and a throughput run per --concurrencies, "
+        "within --budget-s, under --runs-dir; fitted with any RUN_DIRS given.",
+    ),
+]
+BudgetOpt = Annotated[float, typer.Option("--budget-s", help="With --base-url: seconds for all the runs.")]
+ConcOpt = Annotated[
+    str, typer.Option("--concurrencies", help="With --base-url: connections per throughput run.")
+]
+LengthsOpt = Annotated[
+    str, typer.Option("--lengths", help="With --base-url: the TTFT sweep's prompt lengths.")
+]
+RunsDirOpt = Annotated[Path, typer.Option("--runs-dir", help="With --base-url: where its runs are written.")]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env", help="With --base-url: NAME of the env variable holding the API key (never the key)."
+    ),
+]
 
 
 def fit_cmd(
@@ -71,6 +99,12 @@ def fit_cmd(
     validate_dir: Annotated[Path, typer.Option(help="Where the twin's prediction runs go.")] = Path(
         "results/twin-validation"
     ),
+    base_url: BaseUrlOpt = None,
+    budget_s: BudgetOpt = 120.0,
+    concurrencies: ConcOpt = "1,2,4,8",
+    lengths: LengthsOpt = "1000,4000,8000",
+    runs_dir: RunsDirOpt = Path("results/fit"),
+    api_key_env: KeyOpt = None,
 ) -> None:
     from kvbench.errors import UsageError
 
@@ -81,12 +115,21 @@ def fit_cmd(
             raise UsageError("--twin validates an existing twin: give run directories with --validate only")
         _validate(twin_path, list(validate), validate_dir)
         return
+    run_dirs = list(run_dirs or [])
+    if api_key_env is not None and base_url is None:
+        raise UsageError("--api-key-env: only with --base-url (the runs named are read, not rerun)")
+    if base_url is not None:
+        from kvbench.twin.acquire import Plan, acquire, parse_counts
+
+        sizes = parse_counts("--lengths", lengths, scale_k=True)
+        conns = parse_counts("--concurrencies", concurrencies)
+        run_dirs += acquire(Plan(base_url, sizes, conns, budget_s, runs_dir, api_key_env))
     if not run_dirs:
-        raise UsageError("kvbench fit: name at least one run directory")
+        raise UsageError("kvbench fit: name at least one run directory (or measure one: --base-url URL)")
     from kvbench.twin.build import build_twin
     from kvbench.twin.sources import read_runs
 
-    twin = build_twin(read_runs(list(run_dirs)), base, model, None, step_budget, max_seqs)
+    twin = build_twin(read_runs(run_dirs), base, model, None, step_budget, max_seqs)
     twin.profile["name"] = output.stem
     _write(output, twin.profile)
     for line in summary_lines(twin, output, base):
@@ -171,6 +214,10 @@ def summary_lines(twin: Twin, output: Path, base: str) -> list[str]:
             f"  scheduler {steps}, {s['max_num_seqs']} sequences, fixed {s['request_fixed_s'] * 1e3:.3g} ms "
             f"per request ({s['token_budget_from']})"
         )
+    if "max_num_seqs" in t:
+        m = t["max_num_seqs"]
+        res = "" if m["residual"] is None else f", residual {m['residual'] * 100:.1f}% (req/s, TTFT p50)"
+        lines.append(f"  seq limit {m['value']} from {m['origin']}: {m['detail']}{res}")
     lines += [f"  note: {n}" for n in fit["notes"]]
     lines.append(f"run on it: kvbench run ttft --mock-profile {output} --set target.mock_overrides={{}}")
     return lines

@@ -32,6 +32,8 @@ class ThroughputPoint:
     requests_per_s: float
     ttft_p50_s: float | None
     requests: int
+    run: str = ""
+    phase: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ def read_run(run_dir: Path | str) -> RunData:
             )
             p50 = ttfts[len(ttfts) // 2] if ttfts else None
             label = str(getattr(p.label, "value", p.label))
-            data.throughput.append(ThroughputPoint(label, concurrency, float(rate), p50, len(mine)))
+            phase = ThroughputPoint(label, concurrency, float(rate), p50, len(mine), str(path), p.name)
+            data.throughput.append(phase)
     return data
 
 

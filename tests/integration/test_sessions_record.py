@@ -44,7 +44,7 @@ async def test_a_sessions_load_reads_as_users_and_turns(
     assert outcome.exit_code == 0
     err = capsys.readouterr().err
     (built,) = [ln for ln in err.splitlines() if ln.startswith("built ")]
-    assert "probe prompt(s)" in built  # the probe, named as one
+    assert "probe" in built and "before the sessions test" in built  # the probe, named as one
     assert "3 users, 6 turns planned" in err
     write_report(outcome.run_dir, quiet=True)
     rows = _table((outcome.run_dir / "report.md").read_text())

@@ -20,13 +20,17 @@ under-reports); rows without a reported figure are counted apart (the server not
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvbench.errors import UsageError
 from kvbench.report.core.formats import Section, Table, fmt
+from kvbench.report.replay.model import ContextRecord, ReplayHits, ReplaySummary, ReplayTable
 from kvbench.results import read_jsonl
 from kvbench.results.files import save_figure_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY
+from kvbench.results.schema import TraceRecord
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,7 +70,8 @@ def _share(part: Any, whole: float) -> float | None:
     return float(part) / whole if whole else None
 
 
-def hit_row(name: str, df: pd.DataFrame) -> list[str]:
+def hit_stats(name: str, df: pd.DataFrame) -> ReplayHits:
+    """One row of the hit table as numbers (shares of the ok requests' prompt tokens)."""
     ok = df[df["status"] == "ok"]
     tokens = float(ok["input_length"].sum())
     reported = ok["cached_tokens"].dropna()
@@ -82,23 +87,48 @@ def hit_row(name: str, df: pd.DataFrame) -> list[str]:
         if "mock_cached" in ok and ok["mock_cached"].notna().all()
         else None
     )
-    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    pts = lambda a, b: "n/a" if a is None or b is None else f"{100 * (a - b):+.2f} pts"  # noqa: E731
+    less = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
+    return ReplayHits(
+        phase=name,
+        requests=len(df),
+        prompt_tokens=int(tokens),
+        ideal=ideal,
+        engine_blocks=engine,
+        reported=measured,
+        mock_truth=mock,
+        gap=less(measured, ideal),
+        alignment=less(engine, ideal),
+        rest=less(measured, engine),
+        not_reported=len(ok) - len(reported),
+    )
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def pts(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.2f} pts"
+
+
+def hit_cells(h: ReplayHits) -> list[str]:
+    """The hit table's row as the report shows it (HIT_HEAD's order)."""
     return [
-        name,
-        fmt(len(df)),
-        fmt(int(tokens)),
-        pct(ideal),
-        pct(engine),
-        pct(measured),
-        pct(mock),
-        pts(measured, ideal),
-        pts(engine, ideal),
-        pts(measured, engine),
-        fmt(len(ok) - len(reported)),
+        h.phase,
+        fmt(h.requests),
+        fmt(h.prompt_tokens),
+        pct(h.ideal),
+        pct(h.engine_blocks),
+        pct(h.reported),
+        pct(h.mock_truth),
+        pts(h.gap),
+        pts(h.alignment),
+        pts(h.rest),
+        fmt(h.not_reported),
     ]
 
 
+HIT_CAPTION = "hits: measured vs the trace's ideal"
 HIT_HEAD = [
     "phase",
     "requests",
@@ -143,19 +173,56 @@ def lateness_rows(df: pd.DataFrame, summary: dict[str, Any]) -> list[list[str]]:
     return [[schedule, fmt(len(late)), fmt(q[0]), fmt(q[1]), fmt(float(late.max())), note]]
 
 
-def replay_section(run_dir: Path) -> Section | None:
+def replay_summary(run_dir: Path) -> ReplaySummary | None:
+    """summary.json's replay part: the hit table as numbers, the window's ideals, and the section's
+    text and tables as the report renders them (None: the run has no replay rows)."""
     df = replay_frame(run_dir)
     if not len(df):
         return None
     path = run_dir / REPLAY_SUMMARY
     summary: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    trace = summary.get("trace", {})
-    rows = [hit_row(str(p), g) for p, g in df.groupby("phase", sort=False)]
-    if len(rows) > 1:
-        rows.append(hit_row("overall", df))
+    trace = _manifest_trace(run_dir)
+    hits = [hit_stats(str(p), g) for p, g in df.groupby("phase", sort=False)]
+    if len(hits) > 1:
+        hits.append(hit_stats("overall", df))
+    ctx = summary.get("context")
+    tables = [ReplayTable(caption=HIT_CAPTION, head=HIT_HEAD, rows=[hit_cells(h) for h in hits])]
+    tt = ttft_rows(df)
+    if tt:
+        head = ["expected reusable share", "requests", "mean input", "TTFT p50 ms", "TTFT p99 ms"]
+        tables.append(ReplayTable(head=head, rows=tt))
+    lr = lateness_rows(df, summary)
+    if lr:
+        head = ["schedule", "requests", "lateness p50 ms", "p99 ms", "max ms", "measured"]
+        tables.append(ReplayTable(head=head, rows=lr))
+    return ReplaySummary(
+        hits=hits,
+        ideal_with_history=trace.ideal_with_history if trace is not None else None,
+        rows_before=trace.rows_before if trace is not None else None,
+        context=ContextRecord.model_validate(ctx) if ctx else None,
+        paragraphs=replay_paragraphs(summary, trace, hits[-1]),
+        tables=tables,
+    )
+
+
+def _manifest_trace(run_dir: Path) -> TraceRecord | None:
+    """manifest.trace (None for a run written before it, or one whose manifest does not read)."""
+    from kvbench.results.reading import load_record
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the summary reports the manifest's own notes once
+            return load_record(run_dir).manifest.trace
+    except (UsageError, ValueError, OSError):
+        return None
+
+
+def replay_paragraphs(summary: dict[str, Any], trace: TraceRecord | None, overall: ReplayHits) -> list[str]:
+    """The section's text: what the shares mean, the token-exact check, rows left out, the window."""
+    about = summary.get("trace", {})
     paras = [
-        f"Trace {trace.get('path', '?')} ({trace.get('format', '?')}, "
-        f"{trace.get('block_tokens', '?')} tokens a block; "
+        f"Trace {about.get('path', '?')} ({about.get('format', '?')}, "
+        f"{about.get('block_tokens', '?')} tokens a block; "
         f"engine block {summary.get('engine_block_tokens') or 'unknown'}), schedule "
         f"{summary.get('schedule', '?')}. Shares of prompt tokens: ideal = what an unbounded prefix cache "
         "could reuse by the trace's ids; engine blocks = the same in the engine's whole blocks (one token "
@@ -175,27 +242,44 @@ def replay_section(run_dir: Path) -> Section | None:
             f"Rows over the model's context {ctx.get('max_model_len')}: {ctx.get('skipped', 0)} skipped, "
             f"{ctx.get('clipped', 0)} clipped to fit (trace.over_context={ctx.get('policy')})."
         )
-    sel = summary.get("selection") or {}
-    if sel.get("start_ms") or sel.get("window_ms"):
-        paras.append(
-            "**This window starts from an empty cache:** its ideal counts only reuse inside the window "
-            f"(rows from {sel.get('start_ms', 0):g} ms, for {sel.get('window_ms') or 'the rest'} ms of the "
-            "trace); a prefix the trace shared before the window is a miss here, so the whole trace's "
-            "share is higher (`kvbench trace analyze` gives it)."
-        )
+    window = window_paragraph(summary.get("selection") or {}, trace, overall)
+    if window:
+        paras.append(window)
     warning = (summary.get("lateness") or {}).get("warning")
     if warning:
         paras.append(f"**Warning:** {warning}.")
-    tables = [Table(HIT_HEAD, rows, caption="hits: measured vs the trace's ideal")]
-    tt = ttft_rows(df)
-    if tt:
-        tables.append(
-            Table(["expected reusable share", "requests", "mean input", "TTFT p50 ms", "TTFT p99 ms"], tt)
+    return paras
+
+
+def window_paragraph(sel: dict[str, Any], trace: TraceRecord | None, overall: ReplayHits) -> str | None:
+    """A window's cold start in words, with the ideal it would have had with the trace's history."""
+    if not (sel.get("start_ms") or sel.get("window_ms")):
+        return None
+    width = sel.get("window_ms")
+    span = f"rows from {sel.get('start_ms', 0):g} ms " + (
+        f"for {width:g} ms of the trace" if width else "to the end of the trace"
+    )
+    if trace is None:  # a run written before manifest.trace: no history figure
+        return (
+            f"**This window starts from an empty cache:** its ideal counts only reuse inside the window "
+            f"({span}); a prefix the trace shared before the window is a miss here, so the whole trace's "
+            "share is higher (`kvbench trace analyze` gives it)."
         )
-    lr = lateness_rows(df, summary)
-    if lr:
-        tables.append(Table(["schedule", "requests", "lateness p50 ms", "p99 ms", "max ms", "measured"], lr))
-    return Section("Replay: hits vs the trace", paras, tables)
+    if not trace.starts_cold:
+        return f"This window ({span}) starts at the trace's first row: an empty cache loses no history."
+    return (
+        f"**This window starts from an empty cache:** ideal {pct(overall.ideal)}; with the trace's "
+        f"{fmt(trace.rows_before)} earlier rows cached it would be {pct(trace.ideal_with_history)} "
+        f"({span}): a prefix shared with those rows is a miss here."
+    )
+
+
+def replay_section(rs: ReplaySummary | None) -> Section | None:
+    """The replay section, rendered from summary.json's replay part (so the two agree)."""
+    if rs is None:
+        return None
+    tables = [Table(t.head, t.rows, caption=t.caption) for t in rs.tables]
+    return Section("Replay: hits vs the trace", list(rs.paragraphs), tables)
 
 
 def key_rows(run_dir: Path) -> list[list[str]]:

@@ -29,7 +29,7 @@ from kvbench.load.prompts import VOCAB, Prompt
 from kvbench.load.schedule import WorkItem
 from kvbench.results import write_json_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY, ReplayRow
-from kvbench.results.schema import Label, LengthRangeInfo, LoadShape
+from kvbench.results.schema import Label
 from kvbench.run.context import Run, phase_entry
 from kvbench.run.replay.feed import (
     ContextFit,
@@ -39,6 +39,7 @@ from kvbench.run.replay.feed import (
     schedule_items,
     selected_rows,
 )
+from kvbench.run.replay.record import history_ideal, replay_load, rows_before_window, trace_record
 from kvbench.scenario.testtypes import ReplaySection
 from kvbench.traces import TraceRow, open_trace
 from kvbench.traces.realise import BlockText, Calibration, Realised, calibrate, prompt_text, realise
@@ -110,8 +111,10 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
     sched = schedule_items(
         counted.rows(selected_rows(trace, test), answer), test, str(trace.path), scn.output.max_tokens
     )
-    run.rd.update(load=replay_load(sched, test))
-    if (fitted := context_line(counted.record())) is not None:
+    before = rows_before_window(trace, src)
+    history = history_ideal(before, rows(), trace.block_tokens) if src.start_ms > 0 else None
+    run.rd.update(load=replay_load(sched, test), trace=trace_record(trace, test, counted, sched, history))
+    if (fitted := context_line(counted.record())) is not None:  # once, with the reasons; the end line counts
         run.progress.log(fitted)
     cal = await calibrate(VOCAB, run.token_counter)
     if cal.dropped_words:
@@ -238,24 +241,6 @@ async def send_phase(
     return prime_s
 
 
-def replay_load(sched: Schedule, test: ReplaySection) -> LoadShape:
-    """The manifest's load: the trace as run (its rows, schedule, lengths), not the run's probe."""
-    load = sched.load
-    kinds = {"fixed": "replay-fixed", "concurrent": "replay-concurrent", "rate": "replay-rate"}
-    n = len(sched.items)
-    return LoadShape(
-        kind=kinds[test.schedule],
-        concurrency=getattr(load, "concurrency", None) or getattr(load, "max_concurrency", 1),
-        rate=getattr(load, "rate", None),
-        requests=n,
-        prompt_count=n,
-        lengths=LengthRangeInfo(
-            min=sched.min_prompt_tokens, max=sched.max_prompt_tokens, distribution="trace"
-        ),
-        max_tokens=sched.max_answer_tokens,
-    )
-
-
 def replay_row(request_id: str, r: Realised, offset_s: float, max_tokens: int) -> ReplayRow:
     row = r.row
     return ReplayRow(
@@ -318,16 +303,20 @@ def replay_lines(run: Run, summary: dict[str, Any]) -> list[str]:
     ok = [r for r in recs if r.ok]
     prompt = sum(r.prompt_tokens for r in ok)
     cached = sum(r.cached_tokens or 0 for r in ok)
-    trace = summary["trace"]
+    trace, ctx = summary["trace"], summary["context"]
+    left_out = (
+        f"; {ctx['skipped']} row(s) skipped, {ctx['clipped']} clipped over the context "
+        f"{ctx['max_model_len']} (trace.over_context={ctx['policy']})"
+        if ctx["skipped"] or ctx["clipped"]
+        else ""
+    )
     lines = [
         f"replay: {len(recs)} requests ({len(recs) - len(ok)} failed) from {trace['path']} "
-        f"({trace['format']}, {trace['block_tokens']} tokens a block, {summary['schedule']})",
+        f"({trace['format']}, {trace['block_tokens']} tokens a block, {summary['schedule']}){left_out}",
         f"replay: server-reported cached share {cached / prompt:.1%} of {prompt:,} prompt tokens"
         if prompt
         else "replay: no successful request",
     ]
-    if (fitted := context_line(summary["context"])) is not None:
-        lines.append(fitted)
     late = summary["lateness"]
     if late.get("n"):
         lines.append(f"replay: dispatch lateness p50 {late['p50_ms']:.2f} ms, p99 {late['p99_ms']:.2f} ms")
