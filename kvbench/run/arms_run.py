@@ -124,9 +124,9 @@ def write_arm_reports(runs: list[tuple[str, Path]]) -> None:
     from kvbench.report.render import write_report
     from kvbench.results.files import WriteFailed
 
-    for _name, path in runs:
+    for name, path in runs:
         try:
-            write_report(path, quiet=True)
+            print(f"arm {name} report: {write_report(path, quiet=True)}")
         except OSError as exc:  # a disk that filled: one line naming the file, exit 1
             raise WriteFailed(Path(exc.filename or path), exc) from None
 

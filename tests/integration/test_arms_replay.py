@@ -76,6 +76,7 @@ def test_arms_offload_vs_no_offload(tmp_path: Path) -> None:
         assert float(hit_cells[0]) == pytest.approx(hit["offload"], rel=1e-2)
         assert float(hit_cells[1]) == pytest.approx(hit["other"], rel=1e-2)
         assert "Offload verdict" in (run_dir / "report.html").read_text()
+        assert f"arm {arm['arm']} report: {run_dir / 'report.html'}" in result.stdout
     # compare of one offload and one no-offload run: the hit ratio change with its interval, binned lengths
     dirs = [a["run_dir"] for a in doc["arms"][:2]]
     out = tmp_path / "cmp"
