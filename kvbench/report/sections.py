@@ -13,8 +13,10 @@ from kvbench.report.core.formats import Section, Table, fmt, fmt_ci, fmt_interva
 from kvbench.report.mock_lateness import mock_lateness_section
 from kvbench.report.noisy.section import noise_section
 from kvbench.report.replay.trace_rows import trace_rows
+from kvbench.report.sessions.load import sessions_load_rows
 from kvbench.report.summary import RunSummary
 from kvbench.report.twin.range import twin_section
+from kvbench.report.verdict.section import verdict_section
 from kvbench.results.schema import LengthRangeInfo, LoadShape
 
 
@@ -76,7 +78,7 @@ def run_section(summary: RunSummary) -> Section:
         rows.append(
             ["time scale", f"{run.time_scale.value:g} of the modelled pace ({run.time_scale.source})"]
         )
-    rows += load_rows(run.load, run.load_source)
+    rows += (sessions_load_rows if run.test == "sessions" else load_rows)(run.load, run.load_source)
     rows += trace_rows(run.trace)  # a replay's trace as run (none for other tests)
     rows += [["reference", str(run.reference)], ["requests recorded", fmt(run.requests)]]
     paras = [f"**{summary.banner}**"] if summary.banner else []
@@ -309,6 +311,7 @@ def build_sections(
         if (replay := replay_section(summary.replay)) is not None:
             secs.append(replay)
     for make in (
+        verdict_section,
         speedup_section,
         throughput_section,
         noise_section,

@@ -172,7 +172,26 @@ def build_summary(
 
         # users' pauses pace a sessions phase: its req/s ratio to the baseline says nothing
         summary = summary.model_copy(update={"sessions": turns_summary(run.run_dir), "throughput": None})
+    summary = summary.model_copy(update=_verdict_fields(run.run_dir))
     return summary, df, _read_noise(run.run_dir)
+
+
+def _verdict_fields(run_dir: Path) -> dict[str, Any]:
+    """An arm's run: the offload verdict its arms folder holds, typed (report.verdict.of_run)."""
+    from kvbench.report.summary_model import VerdictRow
+    from kvbench.report.verdict.of_run import run_verdict
+
+    found = run_verdict(run_dir)
+    if found is None:
+        return {}
+    from pydantic import ValidationError
+
+    try:
+        rows = [VerdictRow.model_validate(r) for r in found.rows]
+    except ValidationError as exc:  # a hand-edited or newer verdict.json: say so, keep the report
+        where = ".".join(str(p) for p in exc.errors()[0]["loc"])
+        return {"verdict_note": f"{found.path}: verdict row field {where}: not readable by this kvbench"}
+    return {"verdict": rows, "verdict_note": found.note}
 
 
 def _twin(run: RunManifest, df: pd.DataFrame) -> Any:

@@ -216,6 +216,11 @@ class RunSummary(_Model):
     twin: TwinPrediction | None = F(
         "a run on a twin (kvbench fit): the ranges it left and the error its validation found", default=None
     )
+    verdict_note: str | None = F(
+        "an arm of `kvbench run replay --arms`: which arm this run is, the arms in run order, and where "
+        "the verdict is (its rows are `verdict`)",
+        default=None,
+    )
     verdict: list[VerdictRow] = F(
         "offload on vs off (and vs no reuse), one row per figure and arm", default=[]
     )

@@ -2,7 +2,8 @@
 verified cold start (reset + probe, fresh salt: kvbench.run.preflight), in ABBA order, under one
 folder `arms-<stamp>/<i>-<arm>/`; then the verdict table (kvbench.report.verdict) over every arm's
 measured rows is printed and written beside them (verdict.md, verdict.html, verdict.json: each
-row a report.summary_model.VerdictRow).
+row a report.summary_model.VerdictRow); last, each arm's own report, which carries the verdict
+(report.verdict.of_run finds it by the arm's run id).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def write_verdict(folder: Path, runs: list[tuple[str, Path]], scn: Any, engine: 
             tiers.setdefault(name, {})[tier] = tiers.get(name, {}).get(tier, 0.0) + tokens
     bounds = per_request_bounds(scn.slo.bounds()) if scn.slo is not None else {}
     table = [VerdictRow(**r).model_dump() for r in verdict_rows(rows, bounds, tiers)]  # the typed record
-    doc = {"arms": [{"arm": n, "run_dir": str(p)} for n, p in runs], "slo": bounds, "verdict": table}
+    arms_doc = [{"arm": n, "run_id": p.name, "run_dir": str(p)} for n, p in runs]
+    doc = {"arms": arms_doc, "slo": bounds, "verdict": table}
     (folder / "verdict.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
     lines = verdict_markdown(table)
     (folder / "verdict.md").write_text("# Offload verdict\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
@@ -112,8 +114,21 @@ def run_arms(load: Any, arms: list[Arm], output_dir: Path, opts: dict[str, Any])
             runs.append((name, outcome.run_dir))
     for line in write_verdict(folder, runs, scn, engine):
         print(line)
+    write_arm_reports(runs)
     print(f"verdict: {folder / 'verdict.md'}")
     return 0
+
+
+def write_arm_reports(runs: list[tuple[str, Path]]) -> None:
+    """Each arm's own report, written once the verdict exists, so that it carries the verdict."""
+    from kvbench.report.render import write_report
+    from kvbench.results.files import WriteFailed
+
+    for name, path in runs:
+        try:
+            print(f"arm {name} report: {write_report(path, quiet=True)}")
+        except OSError as exc:  # a disk that filled: one line naming the file, exit 1
+            raise WriteFailed(Path(exc.filename or path), exc) from None
 
 
 def arms_cmd(

@@ -56,9 +56,9 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
         )
     )
     counted = f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
-    if scn.test.kind == "replay":  # the trace's rows are the replay's prompts, realised as it runs
+    if scn.test.kind in ("replay", "sessions"):  # their own prompts are built as they run: this is a probe
         run.progress.log(
-            f"built {probe_words(lengths)} to check the server before the replay test "
+            f"built {probe_words(lengths)} to check the server before the {scn.test.kind} test "
             f"in {elapsed:.1f}s, {counted}"
         )
     else:

@@ -65,6 +65,18 @@ def test_arms_offload_vs_no_offload(tmp_path: Path) -> None:
     assert rows["hit share G4"]["offload"] == pytest.approx(hit["offload"])
     assert rows["hit share G4"]["other"] == 0 and rows["hit share G1"]["other"] == pytest.approx(hit["other"])
     assert "| hit ratio | no-offload |" in result.stdout
+    for arm in doc["arms"]:  # each arm's own report and summary.json carry the verdict rows
+        run_dir = Path(arm["run_dir"])
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["verdict"] == doc["verdict"]
+        assert f"the {arm['arm']} arm ({run_dir.name})" in summary["verdict_note"]
+        md = (run_dir / "report.md").read_text()
+        assert "## Offload verdict" in md
+        hit_cells = [c.strip() for c in md.split("| hit ratio | no-offload |")[1].splitlines()[0].split("|")]
+        assert float(hit_cells[0]) == pytest.approx(hit["offload"], rel=1e-2)
+        assert float(hit_cells[1]) == pytest.approx(hit["other"], rel=1e-2)
+        assert "Offload verdict" in (run_dir / "report.html").read_text()
+        assert f"arm {arm['arm']} report: {run_dir / 'report.html'}" in result.stdout
     # compare of one offload and one no-offload run: the hit ratio change with its interval, binned lengths
     dirs = [a["run_dir"] for a in doc["arms"][:2]]
     out = tmp_path / "cmp"

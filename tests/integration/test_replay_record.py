@@ -52,7 +52,13 @@ async def _replay(tmp_path: Path, policy: str):
 
 async def test_skip_leaves_the_row_out_and_counts_it(tmp_path: Path) -> None:
     run_dir, summary, rows = await _replay(tmp_path, "skip")
-    assert summary["context"] == {"policy": "skip", "max_model_len": CONTEXT, "skipped": 1, "clipped": 0}
+    assert summary["context"] == {
+        "policy": "skip",
+        "max_model_len": CONTEXT,
+        "skipped": 1,
+        "clipped": 0,
+        "skipped_why": {"over the context": 1},
+    }
     assert sorted(r["prompt_tokens_server"] for r in rows) == [1000, 1500, 2000]
     load = load_record(run_dir).manifest.load
     assert load is not None and load.kind == "replay-concurrent" and load.requests == 3

@@ -39,6 +39,10 @@ class ContextRecord(_Model):
     max_model_len: int | None = Field(description="the context the rows were checked against")
     skipped: int = Field(description="rows left out")
     clipped: int = Field(description="rows cut to fit")
+    skipped_why: dict[str, int] = Field(
+        default_factory=dict,
+        description="skipped rows by reason: over the context, or (clip) answer alone fills the context",
+    )
 
 
 class ReplayTable(_Model):

@@ -43,6 +43,9 @@ def selected_rows(trace: TraceFile, test: ReplaySection) -> Iterator[TraceRow]:
         yield row
 
 
+MIN_PROMPT_TOKENS = 1  # a clipped prompt keeps at least this many tokens beside its answer
+
+
 @dataclass
 class ContextFit:
     """Rows against the model's context under `trace.over_context`, counted as they pass."""
@@ -53,6 +56,7 @@ class ContextFit:
     path: str
     skipped: int = 0
     clipped: int = 0
+    skipped_answer_fills_context: int = 0  # of `skipped`: clip asked, but no prompt fits beside the answer
 
     def rows(self, rows: Iterable[TraceRow], answer: Callable[[TraceRow], int]) -> Iterator[TraceRow]:
         """The rows as replayed: each over the context refused, left out or clipped to fit."""
@@ -70,7 +74,11 @@ class ContextFit:
             if self.policy == "skip":
                 self.skipped += 1
                 continue
-            keep = max(1, self.max_model_len - out)
+            keep = self.max_model_len - out
+            if keep < MIN_PROMPT_TOKENS:  # the answer alone fills the context: no clip can send it
+                self.skipped += 1
+                self.skipped_answer_fills_context += 1
+                continue
             self.clipped += 1
             blocks = -(-keep // self.block_tokens)  # the blocks the clipped prompt still covers
             yield replace(row, input_length=keep, hash_ids=row.hash_ids[:blocks])
@@ -81,7 +89,26 @@ class ContextFit:
             "max_model_len": self.max_model_len,
             "skipped": self.skipped,
             "clipped": self.clipped,
+            "skipped_why": self.skipped_why(),
         }
+
+    def skipped_why(self) -> dict[str, int]:
+        """The skipped rows by reason (an empty dict when none was skipped)."""
+        answer = self.skipped_answer_fills_context
+        why = {"over the context": self.skipped - answer, "answer alone fills the context": answer}
+        return {k: n for k, n in why.items() if n}
+
+
+def context_line(ctx: dict[str, Any]) -> str | None:
+    """The console's line for ContextFit.record(): rows skipped (by reason) and clipped; None if none."""
+    if not (ctx.get("skipped") or ctx.get("clipped")):
+        return None
+    why = ctx.get("skipped_why") or {}
+    reasons = f" ({', '.join(f'{n} {k}' for k, n in why.items())})" if why else ""
+    return (
+        f"replay: {ctx.get('skipped', 0)} row(s) skipped{reasons}, {ctx.get('clipped', 0)} clipped: longer "
+        f"than the model's context {ctx.get('max_model_len')} (trace.over_context={ctx.get('policy')})"
+    )
 
 
 @dataclass(frozen=True)

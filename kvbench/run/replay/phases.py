@@ -31,7 +31,14 @@ from kvbench.results import write_json_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY, ReplayRow
 from kvbench.results.schema import Label
 from kvbench.run.context import Run, phase_entry
-from kvbench.run.replay.feed import ContextFit, PromptFeed, Schedule, schedule_items, selected_rows
+from kvbench.run.replay.feed import (
+    ContextFit,
+    PromptFeed,
+    Schedule,
+    context_line,
+    schedule_items,
+    selected_rows,
+)
 from kvbench.run.replay.record import history_ideal, replay_load, rows_before_window, trace_record
 from kvbench.scenario.testtypes import ReplaySection
 from kvbench.traces import TraceRow, open_trace
@@ -107,11 +114,8 @@ async def run_replay(run: Run, prompts: list[Prompt]) -> None:
     before = rows_before_window(trace, src)
     history = history_ideal(before, rows(), trace.block_tokens) if src.start_ms > 0 else None
     run.rd.update(load=replay_load(sched, test), trace=trace_record(trace, test, counted, sched, history))
-    if counted.skipped or counted.clipped:  # once, here; the end line repeats the count
-        run.progress.log(
-            f"replay: {counted.skipped} row(s) skipped, {counted.clipped} clipped: longer than the model's "
-            f"context {counted.max_model_len} (trace.over_context={src.over_context})"
-        )
+    if (fitted := context_line(counted.record())) is not None:  # once, with the reasons; the end line counts
+        run.progress.log(fitted)
     cal = await calibrate(VOCAB, run.token_counter)
     if cal.dropped_words:
         run.progress.log(

@@ -1,0 +1,69 @@
+"""A sessions run's record is the run: its Run table gives users, turns planned, first-turn tokens
+and the loop, not the one-prompt probe the run starts with; the console calls the probe a probe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbench.report.render import write_report
+from kvbench.report.sessions.load import sessions_load_rows
+from kvbench.results.schema import LoadShape
+from kvbench.run.runner import RunOptions, run_scenario
+from kvbench.scenario import load_scenario
+
+pytestmark = pytest.mark.slow
+
+KNOBS = {
+    "test.users": 3,
+    "test.turns": 2,
+    "test.active_users": 2,
+    "test.system_prompt_tokens": 100,
+    "test.first_message_tokens": 400,
+    "test.turn_tokens": 100,
+    "test.think_time": {"distribution": "fixed", "mean_s": 0.0},
+    "output.max_tokens": 8,
+    "target.mock_profile": "ci",
+}
+
+
+def _table(md: str) -> dict[str, str]:
+    run = md.split("## Run", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in run.splitlines() if ln.startswith("| ") and ln.count("|") == 3]
+    cells = [ln.strip("|").split("|") for ln in lines]
+    return {k.strip(): v.strip() for k, v in cells}
+
+
+async def test_a_sessions_load_reads_as_users_and_turns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scn, _ = load_scenario("sessions", KNOBS)
+    outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=False, report=False))
+    assert outcome.exit_code == 0
+    err = capsys.readouterr().err
+    (built,) = [ln for ln in err.splitlines() if ln.startswith("built ")]
+    assert "probe" in built and "before the sessions test" in built  # the probe, named as one
+    assert "3 users, 6 turns planned" in err
+    write_report(outcome.run_dir, quiet=True)
+    rows = _table((outcome.run_dir / "report.md").read_text())
+    assert rows["load"].startswith("sessions of 3 users: 2 users at once") and "closed loop" in rows["load"]
+    assert rows["users"] == "3" and rows["turns planned per phase"] == "6"
+    assert rows["first-turn tokens"].startswith("500 ")
+    assert rows["tokens added per later turn"].startswith("100 ")
+    assert "prompts" not in rows and "prompt lengths (tokens)" not in rows  # the probe's rows
+    summary = json.loads((outcome.run_dir / "summary.json").read_text())
+    load = summary["run"]["load"]
+    assert (load["kind"], load["prompt_count"], load["requests"]) == ("sessions-closed", 3, 6)
+
+
+def test_an_open_loop_and_an_old_probe_load() -> None:
+    shape = {"concurrency": 4, "requests": 40, "prompt_count": 10, "lengths": [2000, 500], "max_tokens": 16}
+    rows = dict(sessions_load_rows(LoadShape(kind="sessions-open", rate=0.5, **shape)))
+    assert rows["load"].startswith("sessions of 10 users: users arrive at 0.500/s, at most 4 at once")
+    assert "open loop" in rows["load"] and rows["output tokens per turn (most)"] == "16"
+    # a manifest from before sessions recorded their load: its load is the probe, and says so
+    probe = LoadShape(kind="sequential", concurrency=1, prompt_count=1, lengths=[16], max_tokens=64)
+    ((key, text),) = sessions_load_rows(probe)
+    assert key == "load" and "probe" in text and "not recorded" in text
