@@ -45,3 +45,16 @@ def test_same_arms_not_distinguishable() -> None:
 def test_failed_rows_and_no_reference() -> None:
     assert hit_ratio([{"status": "error", "prompt_tokens": 5, "cached_tokens": 5}]) is None
     assert verdict_rows({"no-offload": _rows(3, 0, 1.0, 0)}, {}) == []
+
+
+def test_the_table_says_points_for_ratios_and_percent_for_latencies() -> None:
+    arms = {"offload": _rows(30, 800, 20.0, 1), "no-offload": _rows(30, 200, 80.0, 2)}
+    rows = verdict_rows(arms, {"ttft_ms": 50.0})
+    by_figure = {r["figure"]: r for r in rows}
+    md = "\n".join(verdict_markdown(rows))
+    hit = by_figure["hit ratio"]
+    assert f"| {hit['change'] * 100:+.1f} pts |" in md  # 0.2 - 0.8: -60.0 pts
+    p50 = by_figure["TTFT p50 (ms)"]
+    assert f"| {p50['change'] * 100:+.1f}% |" in md and p50["change"] > 0
+    lo, hi = p50["ci"]
+    assert f"[{lo * 100:+.1f}%, {hi * 100:+.1f}%]" in md

@@ -79,7 +79,14 @@ def test_an_arms_summary_and_report_carry_the_verdict(tmp_path: Path) -> None:
     assert summary.verdict_note is not None and "the offload arm" in summary.verdict_note
     section = verdict_section(summary)
     assert section is not None and section.title == "Offload verdict"
-    assert section.tables[0].rows[0][:5] == ["hit ratio", "no-offload", "0.8", "0.3", "-0.5"]
+    assert section.tables[0].rows[0][:6] == [
+        "hit ratio",
+        "no-offload",
+        "0.8",
+        "0.3",
+        "-50.0 pts",
+        "[-60.0 pts, -40.0 pts]",
+    ]
     # a row this kvbench cannot read: the report says which field, and shows no table
     (folder / "verdict.json").write_text(json.dumps({**doc, "verdict": [{**ROW, "ci": "wide"}]}))
     summary, _, _ = build_summary(run)

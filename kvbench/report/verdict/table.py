@@ -2,9 +2,9 @@
 
 Figures: hit ratio (cached / prompt tokens over the arm), its share by serving tier where the
 server's counters say, TTFT p50 and p99, goodput at the run's SLO. Each non-offload arm is set
-against `offload`: the change (a difference for ratios, a relative change for latencies) with its
-95% interval (bootstrap over requests, both arms resampled; Wilson per arm for goodput), and
-whether the difference is distinguishable (the interval excludes no change).
+against `offload`: the change (a difference for ratios, shown in points; a relative change for
+latencies, in percent) with its 95% interval (bootstrap over requests, both arms resampled; Wilson
+per arm for goodput), and whether the difference is distinguishable (the interval excludes no change).
 """
 
 from __future__ import annotations
@@ -156,18 +156,39 @@ def _fmt(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-HEAD = ["figure", "vs arm", "offload", "that arm", "change", "95% interval", "distinguishable"]
+def _relative(figure: str) -> bool:
+    """Latency rows carry a relative change; ratio rows (hit ratio, shares, goodput) a difference."""
+    return figure.startswith("TTFT")
+
+
+def _change(v: float | None, relative: bool) -> str:
+    # a ratio's difference in percentage points, a latency's change in percent: a bare -0.295 beside
+    # a bare 1.69 read as the same kind of number
+    if v is None:
+        return "—"
+    return f"{v * 100:+.1f}%" if relative else f"{v * 100:+.1f} pts"
+
+
+HEAD = ["figure", "vs arm", "offload", "that arm", "that arm vs offload", "95% interval", "distinguishable"]
 
 
 def verdict_cells(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     """The table's cells, for report.core.formats' Table (md, html, terminal alike)."""
     out = []
     for r in rows:
-        ci = r["ci"]
-        ci_s = f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "—"
+        rel, ci = _relative(r["figure"]), r["ci"]
+        ci_s = f"[{_change(ci[0], rel)}, {_change(ci[1], rel)}]" if ci else "—"
         dist = {True: "yes", False: "no", None: "—"}[r["distinguishable"]]
         out.append(
-            [r["figure"], r["arm"], _fmt(r["offload"]), _fmt(r["other"]), _fmt(r["change"]), ci_s, dist]
+            [
+                r["figure"],
+                r["arm"],
+                _fmt(r["offload"]),
+                _fmt(r["other"]),
+                _change(r["change"], rel),
+                ci_s,
+                dist,
+            ]
         )
     return out
 
@@ -176,16 +197,5 @@ def verdict_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The table as markdown lines (the report and the console's last words)."""
     if not rows:
         return []
-    lines = [
-        "| figure | vs arm | offload | that arm | change | 95% interval | distinguishable |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        ci = r["ci"]
-        ci_s = f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "—"
-        dist = {True: "yes", False: "no", None: "—"}[r["distinguishable"]]
-        lines.append(
-            f"| {r['figure']} | {r['arm']} | {_fmt(r['offload'])} | {_fmt(r['other'])} | "
-            f"{_fmt(r['change'])} | {ci_s} | {dist} |"
-        )
-    return lines
+    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in verdict_cells(rows)]
