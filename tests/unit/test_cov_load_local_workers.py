@@ -262,6 +262,30 @@ async def test_a_worker_lost_mid_phase_leaves_every_request_accounted_once() -> 
     )
 
 
+async def test_an_interrupted_phase_brings_back_a_row_for_every_request_started() -> None:
+    backend = LocalWorkersBackend(workers=2)
+    async with MockServer("ci", faults={"stall_first_token_s": 1.5}) as srv:
+        ws = [await attach(backend, f"load-{i}") for i in range(2)]
+        phase = Phase(srv.base_url, concurrency=2)
+        run = asyncio.create_task(
+            backend.run_items([Item(i, i) for i in range(10)], 2, False, phase, phase.origin_ns)
+        )
+        deadline = time.monotonic() + WAIT_S
+        while len(phase.started_ids) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        run.cancel()  # Ctrl-C: the driver cancels what its workers have in flight
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, WAIT_S)
+        await detach(backend, [t for _, t in ws])
+    ids = Counter(r["request_id"] for r in phase.rows)
+    assert set(ids.values()) == {1} and set(phase.started_ids) <= set(ids)
+    # stalled in its first token, a request is cancelled (one that got through first is ok)
+    statuses = {r["status"] for r in phase.rows}
+    assert "cancelled" in statuses and statuses <= {"cancelled", "ok"}
+    (rec,) = backend.phases
+    assert rec["not_sent"] == 0 and all(w["state"] == "closed" for w in backend.record()["workers"])
+
+
 async def test_no_worker_that_can_build_its_client_is_one_line_naming_the_field() -> None:
     backend = LocalWorkersBackend(workers=1)
     w, task = await attach(backend, "load-0")
