@@ -30,7 +30,6 @@ process's affinity set (round-robin), else the workers share the driver's cores.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import multiprocessing
 import os
@@ -263,8 +262,13 @@ class LocalWorkersBackend:
         """Until every worker is done or lost: the rows are written by _readable as they arrive."""
         while any(w.state == "ready" and not w.done for w in active):
             self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), HEARTBEAT_S)
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for swallows a cancel (Ctrl-C) that
+            # arrives in the loop turn its inner wait completes (CPython gh-86296), and the phase ran on
+            waiter = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=HEARTBEAT_S)
+            finally:
+                waiter.cancel()
             if self._failure is not None:
                 raise self._failure
             self._lose_silent(active)

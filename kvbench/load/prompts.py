@@ -136,15 +136,14 @@ async def build_prompts(
             for i in range(len(lengths))
         ]
     counts = await counter([_salted(sample_salt, b) for b in bodies])
+    seen: list[dict[int, int]] = [{} for _ in lengths]  # per prompt: words -> tokens counted
     for _ in range(max_rounds):
         pending = [i for i, c in enumerate(counts) if abs(c - lengths[i]) > tolerance]
         if not pending:
             break
         for i in pending:
-            # most words are one token: step by the difference, damped if a word is worth more
-            step = lengths[i] - counts[i]
-            ratio = counts[i] / max(n_words[i], 1)
-            n_words[i] = max(1, n_words[i] + (round(step / ratio) if abs(step) > 8 else step))
+            seen[i][n_words[i]] = counts[i]
+            n_words[i] = _next_words(streams[i], len(shared), seen[i], n_words[i], lengths[i])
             if n_words[i] > len(streams[i]):
                 streams[i] = word_stream(seed, i + 1, n_words[i] + n_words[i] // 4 + 64)
             bodies[i] = _compose(streams[i], shared, n_words[i])
@@ -152,6 +151,29 @@ async def build_prompts(
         for i, c in zip(pending, new, strict=True):
             counts[i] = c
     return [Prompt(i, lengths[i], bodies[i], counts[i], "server") for i in range(len(lengths))]
+
+
+def _next_words(words: list[str], shared: int, seen: dict[int, int], n: int, target: int) -> int:
+    """The word count to try next; may put a shorter word at the boundary (edits `words`).
+
+    Most words are one token: step by the token difference, scaled by the tokens per word so far
+    (a tokenizer of two tokens a word would otherwise overshoot by as much as it undershot, forever).
+    Where n words count under and n + 1 over, the boundary word costs more than the gap: the stream's
+    shortest word takes its place (words after the shared prefix only; that prefix is every prompt's).
+    """
+    step = target - seen[n]
+    low = n if step > 0 else n - 1
+    below, above = seen.get(low), seen.get(low + 1)
+    if below is not None and above is not None and below < target < above and low >= shared:
+        k = low - shared  # the boundary word's place in this prompt's own stream
+        if k < len(words):
+            shortest = min(words[: max(k, 1)], key=len)
+            if len(shortest) < len(words[k]):
+                words[k] = shortest
+                seen.pop(low + 1, None)
+                return low + 1
+    delta = round(step / max(seen[n] / max(n, 1), 1e-9))
+    return max(1, n + (delta or (1 if step > 0 else -1)))
 
 
 def _salted(salt: str, body: str) -> str:

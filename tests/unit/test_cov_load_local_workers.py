@@ -12,7 +12,6 @@ import dataclasses
 import multiprocessing
 import os
 import socket
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -291,14 +290,7 @@ async def test_an_interrupted_phase_brings_back_a_row_for_every_request_started(
     assert rec["not_sent"] == 0 and all(w["state"] == "closed" for w in backend.record()["workers"])
 
 
-@pytest.mark.xfail(
-    sys.version_info < (3, 12),
-    strict=True,
-    reason="Python 3.11's asyncio.wait_for swallows a cancel that arrives in the loop turn its inner "
-    "wait completes (CPython gh-86296, fixed in 3.12); LocalWorkersBackend._stream waits on "
-    "wait_for(self._changed.wait()), so a Ctrl-C that meets a worker's report is lost and the "
-    "phase runs to its end (seen here as a rare hang of the interrupted-phase test)",
-)
+# Python 3.11's asyncio.wait_for swallowed such a cancel (CPython gh-86296): the phase ran to its end
 async def test_a_cancel_that_meets_a_report_in_the_same_loop_turn_still_stops_the_phase() -> None:
     backend = LocalWorkersBackend(workers=1)
     w = _Proc(name="load-0", state="ready")

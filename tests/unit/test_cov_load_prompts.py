@@ -1,6 +1,6 @@
 """Prompts and schedules (kvbench.load.prompts, kvbench.load.schedule) as properties of their inputs:
-seeds reproduce, bounds hold, salts differ, the loops keep their in-flight caps. Two strict xfails
-reproduce lengths a counted build misses (see their reasons)."""
+seeds reproduce, bounds hold, salts differ, the loops keep their in-flight caps, and a counted build
+hits lengths exactly with tokenizers that cost more than one token a word."""
 
 from __future__ import annotations
 
@@ -150,12 +150,6 @@ def long_words_are_two(text: str) -> int:
     return sum(2 if len(w) > 5 else 1 for w in text.split())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="build_prompts steps the word count by the token difference once it is within 8 tokens; "
-    "at two tokens a word that overshoots by as much as it undershot, so it oscillates round the "
-    "target until max_rounds (350 requested, 344 built); the docstring promises exact lengths",
-)
 async def test_lengths_are_hit_with_a_tokenizer_of_two_tokens_a_word() -> None:
     async def counter(texts: list[str]) -> list[int]:
         return [two_token_words(t) for t in texts]
@@ -165,11 +159,6 @@ async def test_lengths_are_hit_with_a_tokenizer_of_two_tokens_a_word() -> None:
     assert p.actual_tokens == 350
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a reachable even length is missed by one when the word at the boundary costs two tokens: "
-    "adding it overshoots, removing it undershoots, and no other word is tried (200 requested, 199)",
-)
 async def test_lengths_are_hit_when_the_boundary_word_is_two_tokens() -> None:
     async def counter(texts: list[str]) -> list[int]:
         return [long_words_are_two(t) for t in texts]
