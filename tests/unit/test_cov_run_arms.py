@@ -123,10 +123,19 @@ def test_the_arms_run_in_abba_order_each_in_its_own_folder(tmp_path, monkeypatch
         rd = write_run(opts.output_dir / "run", [row(f"{arm}{i}", "replay", ttft + i, 500) for i in range(6)])
         return RunOutcome(rd, "complete", 0, {}, 6)
 
+    reported: list[list[tuple[str, Path]]] = []
+
+    def fake_reports(runs: list[tuple[str, Path]]) -> None:
+        # each arm's own report is written after the verdict, so that it can carry it
+        assert (runs[0][1].parents[1] / "verdict.json").is_file()
+        reported.append(list(runs))
+
     monkeypatch.setattr("kvbench.run.runner.run_scenario", fake_run)
+    monkeypatch.setattr(arms_run, "write_arm_reports", fake_reports)
     arms = plan_arms(scn, "offload,no-offload", None)
     opts = {"quiet": True, "allow_unverified_cold": False}
     assert run_arms(lambda extra: load_scenario("replay", extra)[0], arms, tmp_path, opts) == 0
+    assert reported == [[(a, d / "run") for a, d in seen]]
     assert arms_run.ROUNDS == 2 and [a for a, _ in seen] == ["offload", "no-offload", "no-offload", "offload"]
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("arms-")]
     assert [d.name for _, d in seen] == [f"{i}-{a}" for i, (a, _) in enumerate(seen)]
