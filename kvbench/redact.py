@@ -176,17 +176,34 @@ class Redactor:
 class RedactingStream:
     """A text stream (the CLI's stdout or stderr) whose every line goes through `redact` before it
     reaches the real one. Text is held to the end of its line so a secret written in two pieces is
-    still one string when masked; `flush` lets a partial line through (a live `\\r` line)."""
+    still one string when masked; `flush` lets a partial line through (a live `\\r` line).
+
+    `.buffer` is redacted too (`_RedactingBuffer`): click writes bytes there (`echo(b"...")`, and a
+    text stream it finds misconfigured is rewrapped around it), so passing the real one through
+    would let those bytes skip the masking. At most one side holds a partial line at a time: each
+    lets the other's out first, so text and bytes reach the terminal in the order written."""
 
     _HOLD_MAX = 1 << 16  # a line this long without a newline goes out anyway
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
         self._pending = ""
+        self._binary: _RedactingBuffer | None = None
+
+    @property
+    def buffer(self) -> _RedactingBuffer:
+        if self._binary is None:
+            raw = getattr(self.stream, "buffer", None)
+            if raw is None:  # a StringIO has none: neither have we
+                raise AttributeError("buffer")
+            self._binary = _RedactingBuffer(self, raw)
+        return self._binary
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):  # a text stream refuses bytes (click probes with b"")
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self._binary is not None:
+            self._binary.release()
         held = self._pending + text
         head, newline, tail = held.rpartition("\n")
         if newline:
@@ -202,6 +219,8 @@ class RedactingStream:
             self.stream.write(redact(text))
 
     def flush(self) -> None:
+        if self._binary is not None:
+            self._binary.flush()
         self._release()
         self.stream.flush()
 
@@ -209,8 +228,58 @@ class RedactingStream:
         for line in lines:
             self.write(line)
 
-    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, buffer...: the real stream's
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, errors...: the real stream's
+        if name == "buffer":  # reached only when the property found no real buffer
+            raise AttributeError(name)
         return getattr(self.stream, name)
+
+
+class _RedactingBuffer:
+    """The binary side of a `RedactingStream`: bytes held to the end of their line, decoded in the
+    stream's encoding, masked and encoded back. surrogateescape both ways, so bytes that are not
+    text in that encoding come out exactly as they went in."""
+
+    def __init__(self, owner: RedactingStream, raw: Any) -> None:
+        self._owner = owner
+        self._raw = raw
+        self._encoding = getattr(owner.stream, "encoding", None) or "utf-8"
+        self._pending = b""
+
+    def write(self, data: Any) -> int:
+        if isinstance(data, str):  # a binary stream refuses text (click's probe relies on it)
+            raise TypeError("a bytes-like object is required, not 'str'")
+        data = bytes(memoryview(data))  # bytes(5) would be five zero bytes
+        held = self._pending + data
+        head, newline, tail = held.rpartition(b"\n")
+        self._pending = tail
+        if newline:
+            self._out(head + newline)
+        if len(self._pending) > RedactingStream._HOLD_MAX:
+            self.release()
+        return len(data)
+
+    def _out(self, data: bytes) -> None:
+        # the text side's earlier words first, held partial line and the real stream's own buffer
+        self._owner._release()
+        self._owner.stream.flush()
+        text = data.decode(self._encoding, "surrogateescape")
+        self._raw.write(redact(text).encode(self._encoding, "surrogateescape"))
+
+    def release(self) -> None:
+        if self._pending:
+            data, self._pending = self._pending, b""
+            self._out(data)
+
+    def flush(self) -> None:
+        self.release()
+        self._raw.flush()
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # writable, closed, fileno...: the real buffer's
+        return getattr(self._raw, name)
 
 
 class RedactingFilter:

@@ -235,23 +235,40 @@ def write_gguf(path: Path, spec: ModelSpec, *, gguf_py: Path | None = None) -> N
 
 
 def _write_hf(path: Path, spec: ModelSpec, *, python: Path, logs: Path) -> None:
+    scripts = path.with_name(path.name + ".scripts")
+    tmp = path.with_name(path.name + ".tmp")
+    words_file = path.with_name(path.name + ".words.txt")
+    try:
+        _build_hf(spec, python=python, logs=logs, scripts=scripts, tmp=tmp, words_file=words_file)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.replace(path)
+    finally:
+        # what the build writes beside the model never outlives it, whether it failed, raised or
+        # was interrupted: stray folders there look like models to whoever lists the cache
+        words_file.unlink(missing_ok=True)
+        shutil.rmtree(scripts, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    (path / "kvbench-model.json").write_text(json.dumps(dataclasses.asdict(spec)) + "\n")
+
+
+def _build_hf(
+    spec: ModelSpec, *, python: Path, logs: Path, scripts: Path, tmp: Path, words_file: Path
+) -> None:
+    """Run make_hf_model.py in vLLM's venv, writing the model folder to `tmp`."""
     # The script runs in vLLM's venv with its own folder first on sys.path: that folder must hold
     # only the script and tinyvocab, never kvbench's package folder (engines/tokenize.py once
     # shadowed the standard library's tokenize there).
-    scripts = path.with_name(path.name + ".scripts")
     shutil.rmtree(scripts, ignore_errors=True)
     scripts.mkdir(parents=True)
     for name in ("make_hf_model.py", "tinyvocab.py"):
         shutil.copyfile(Path(__file__).with_name(name), scripts / name)
     script = scripts / "make_hf_model.py"
-    tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     env.pop("PYTHONPATH", None)
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / "make-model.log"
-    words_file = path.with_name(path.name + ".words.txt")
     words_file.write_text("\n".join(spec.words) + "\n")
     with log.open("w") as fh:
         rc = subprocess.call(
@@ -264,8 +281,3 @@ def _write_hf(path: Path, spec: ModelSpec, *, python: Path, logs: Path) -> None:
     if rc != 0:
         last = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
         raise EngineInstallError("vllm-cpu", "make-model", f"exit {rc}: {last[0][:300]}", log)
-    words_file.unlink(missing_ok=True)
-    shutil.rmtree(scripts, ignore_errors=True)
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.replace(path)
-    (path / "kvbench-model.json").write_text(json.dumps(dataclasses.asdict(spec)) + "\n")

@@ -7,6 +7,7 @@ from pathlib import Path
 from kvbench.lab.config import LabState
 from kvbench.lab.down import Found, cmdline, discover
 from kvbench.lab.link import qdisc_line
+from kvbench.redact import redact
 
 
 def _proc(pid: int | None) -> str:
@@ -16,7 +17,14 @@ def _proc(pid: int | None) -> str:
 
 
 def status_lines(root: Path, state: LabState | None) -> tuple[list[str], bool]:
-    """(lines to print, whether the lab is fully up)."""
+    """(lines to print, whether the lab is fully up), every line redacted here: engine URLs, the
+    export and the sink may carry credentials, and a caller printing or logging these lines should
+    not have to know that."""
+    lines, ok = _lines(root, state)
+    return [redact(line) for line in lines], ok
+
+
+def _lines(root: Path, state: LabState | None) -> tuple[list[str], bool]:
     found: Found = discover(root, state)
     if state is None:
         if found.leftovers():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import time
@@ -122,15 +123,26 @@ def is_mounted(point: Path) -> bool:
     return str(point) in mounted_under(point.parent)
 
 
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def unescape_mount_field(field: str) -> str:
+    """A /proc/mounts field as the path it names: the kernel writes space, tab, newline and
+    backslash as `\\ooo` octal escapes (`\\040`, `\\011`, `\\012`, `\\134`). Decoded in one pass,
+    so an escaped backslash followed by digits (`\\134040`) stays a backslash and `040`."""
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
 def mounted_under(folder: Path) -> list[str]:
     """Mount points at or below `folder` (from /proc/mounts), deepest first."""
     prefix = str(folder).rstrip("/")
     points = []
     try:
-        for line in Path("/proc/mounts").read_text().splitlines():
+        # surrogateescape: a mount point is bytes; one that is not UTF-8 must not hide the others
+        for line in Path("/proc/mounts").read_text(errors="surrogateescape").splitlines():
             parts = line.split()
             if len(parts) > 1:
-                point = parts[1].replace("\\040", " ")
+                point = unescape_mount_field(parts[1])
                 if point == prefix or point.startswith(prefix + "/"):
                     points.append(point)
     except OSError:

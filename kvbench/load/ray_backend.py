@@ -9,8 +9,9 @@ and the run directory. Per phase:
               add up to the scenario's: in flight across the cluster never exceeds it
     start     each worker gets its share and a common start time on its own clock (the driver's
               start moved through the worker's clock offset, measured when it was created)
-    stream    the driver polls every worker a few dozen times a second and writes each finished
-              row to requests.jsonl as it arrives, with the worker, its node id and hostname
+    stream    the driver polls each worker on its own (one poll out at a time) a few dozen times a
+              second and writes each finished row to requests.jsonl as it arrives, with the
+              worker, its node id and hostname; a stopped worker's unanswered poll delays no other
     lost      a worker whose node disappears, or that answers no poll for its silence bound
               (kvbench.load.worker_phase.silence_bound: a stopped or frozen process), is
               recorded: the requests it had started and not finished become rows with error_type
@@ -59,6 +60,7 @@ from kvbench.load.worker_phase import (
 
 POLL_INTERVAL_S = 0.05
 POLL_TIMEOUT_S = 5.0
+DRAIN_S = 2.0  # an interrupted phase waits this long for polls already out (a live worker: ms)
 START_LEAD_NS = 100_000_000  # the common start: this far after the driver hands out the shares
 _ACTOR_CLASS: Any = None
 
@@ -108,6 +110,7 @@ class RayLoadBackend:
         self.phases: list[dict[str, Any]] = []  # what each phase's manifest entry records
         self._spec: dict[str, Any] | None = None  # the client spec the workers were opened with
         self._last_end_ns: int | None = None  # this phase's latest row end (driver timeline)
+        self._polls: dict[str, asyncio.Future[Any]] = {}  # each worker's poll still unanswered
 
     # --- workers ----------------------------------------------------------------------------------
 
@@ -232,30 +235,75 @@ class RayLoadBackend:
             await self._cancel(active, phase)
             raise
         finally:
+            self._drop_polls()
             record["ended_ns"] = self._last_end_ns
             record["workers"] = [self._worker_record(w) for w in self.workers]
             record["not_sent"] = sum(w.unsent for w in self.workers)
             record["sent"] = len(items) - record["not_sent"]
 
     async def _stream(self, active: list[_Worker], phase: RemotePhase) -> None:
-        """Poll until every worker is done or lost; write rows as they come."""
-        while True:
-            live = [w for w in active if w.state == "ready" and not w.done]
-            if not live:
-                return
-            await asyncio.sleep(POLL_INTERVAL_S)
-            polls = await settle([w.actor.poll.remote() for w in live], POLL_TIMEOUT_S)
+        """Poll until every worker is done or lost; write rows as they come.
+
+        Each worker is polled on its own, one poll outstanding at a time: a stopped worker's
+        unanswered poll delays nobody else's rows, and is never given up on while the worker is
+        kept (its answer holds rows the worker has already handed over); the worker is declared
+        lost once it has been silent past the silence bound."""
+        due = {w.name: 0.0 for w in active}  # when each worker is next polled
+        while live := [w for w in active if w.state == "ready" and not w.done]:
             now = time.monotonic()
-            for w, res in zip(live, polls, strict=True):
-                if isinstance(res, BaseException):
-                    if is_lost(res):
-                        self._lose(w, phase, one_line(res))
-                    elif now - w.last_answer > self.silence_s:
-                        silent = f"silent for {now - w.last_answer:.0f} s"
-                        why = f"{silent} (no answer to a poll within {self.silence_s:g} s: stopped or frozen)"
-                        self._lose(w, phase, why)
-                    continue
-                self._take(w, res, phase)
+            for w in live:
+                if w.name not in self._polls and now >= due[w.name]:
+                    self._polls[w.name] = asyncio.wrap_future(w.actor.poll.remote().future())
+            waiting = [self._polls[w.name] for w in live if w.name in self._polls]
+            idle = [due[w.name] - now for w in live if w.name not in self._polls]
+            wake = max(0.0, min([POLL_INTERVAL_S, *idle]))  # until the next poll is due, at most
+            if waiting:
+                await asyncio.wait(waiting, timeout=wake, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(wake)
+            now = time.monotonic()
+            for w in live:
+                if self._answer(w, phase, now):
+                    due[w.name] = now + POLL_INTERVAL_S
+
+    def _answer(self, w: _Worker, phase: RemotePhase, now: float) -> bool:
+        """Take `w`'s poll answer if it came (True), and declare it lost if it is gone or has been
+        silent past the bound; a poll that raised is tried again, the bound deciding."""
+        fut = self._polls.get(w.name)
+        answered = fut is not None and fut.done()
+        if fut is not None and answered:
+            del self._polls[w.name]  # the next poll goes out when due
+            exc = fut.exception()
+            if exc is None:
+                self._take(w, fut.result(), phase)
+            elif is_lost(exc):
+                self._lose(w, phase, one_line(exc))
+        if w.state == "ready" and not w.done and now - w.last_answer > self.silence_s:
+            silent = f"silent for {now - w.last_answer:.0f} s"
+            self._lose(
+                w, phase, f"{silent} (no answer to a poll within {self.silence_s:g} s: stopped or frozen)"
+            )
+        return answered
+
+    async def _drain_polls(self, live: list[_Worker], phase: RemotePhase) -> None:
+        """The polls still out when a phase is interrupted: their answers hold rows the workers
+        have handed over, so they are awaited (briefly: a stopped worker must not hold Ctrl-C up)."""
+        pending = {w.name: self._polls[w.name] for w in live if w.name in self._polls}
+        if pending:
+            await asyncio.wait(pending.values(), timeout=DRAIN_S)
+        for w in live:
+            if w.name in pending:
+                self._answer(w, phase, time.monotonic())
+        self._drop_polls()
+
+    def _drop_polls(self, name: str | None = None) -> None:
+        """Forget outstanding polls (one worker's, or all): their answers can no longer be used."""
+        for key in list(self._polls) if name is None else [name]:
+            fut = self._polls.pop(key, None)
+            if fut is not None and fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved, so asyncio does not log it as never retrieved
+            elif fut is not None:
+                fut.cancel()
 
     def _take(self, w: _Worker, res: dict[str, Any], phase: RemotePhase) -> None:
         end = w.take(res, phase)
@@ -266,10 +314,12 @@ class RayLoadBackend:
         """The worker is gone: its in-flight requests become worker_lost rows; it is killed."""
         with contextlib.suppress(Exception):
             self.ray.kill(w.actor, no_restart=True)
+        self._drop_polls(w.name)
         where = f"{w.name} on {w.where.get('hostname') or w.node.hostname} ({w.node.node_id[:12]})"
         w.lose(phase, where, why)
 
     async def _cancel(self, active: list[_Worker], phase: RemotePhase) -> None:
+        await self._drain_polls([w for w in active if w.state == "ready"], phase)
         live = [w for w in active if w.state == "ready"]
         results = await settle([w.actor.cancel.remote() for w in live], 15.0)
         for w, res in zip(live, results, strict=True):

@@ -60,7 +60,9 @@ def _send_main(
         ):
             print(0, file=out, flush=True)
             return 0
-        size = chunk_bytes if rate <= 0 else max(4096, min(chunk_bytes, int(rate * SENDER_REPORT_S)))
+        # a rate sends one report interval's worth per call (smooth at the report's resolution), but
+        # not below 4 KiB, so a slow flow is not thousands of tiny syscalls; --chunk-bytes caps both
+        size = chunk_bytes if rate <= 0 else min(chunk_bytes, max(4096, int(rate * SENDER_REPORT_S)))
         view = memoryview(bytes(size))
         burst = 2.0 * size  # absorbs sleep overshoot on a loaded machine
         tokens = float(size)

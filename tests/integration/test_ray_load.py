@@ -398,3 +398,54 @@ def test_a_stopped_ray_worker_is_lost_within_its_silence_bound(cluster, tmp_path
     assert mine and {r["error_type"] for r in mine} <= {"worker_lost", "not_sent"}
     assert sum(r["error_type"] == "worker_lost" for r in rows) == lost["lost_in_flight"]
     assert sum(r["error_type"] == "not_sent" for r in rows) == lost["not_issued"]
+
+
+def test_a_ray_worker_stopped_below_its_bound_holds_back_no_rows(cluster, tmp_path) -> None:
+    """SIGSTOP one of two Ray load workers for longer than one poll's wait used to be (5 s), well
+    below its silence bound (30 s: the connect timeout), then SIGCONT: each worker is polled on its
+    own, so the live one's rows keep coming meanwhile, and the stopped one's late answer, which
+    holds rows it had already handed over, is kept: every request one ok row, nobody lost, exit 0."""
+    c, _ = cluster
+    p = kvbench_cli(
+        *RUN,
+        *WORKERS,
+        *("--set", "prompts.lengths=[2000]", "--requests", "300", "--concurrency", "4"),
+        *("--max-tokens", "32", "--set", "target.timeouts.connect_s=30"),
+        *("--cluster", "ray", "--output-dir", str(tmp_path)),
+        address=c.address,
+        wait=False,
+    )
+    victim = None
+    try:
+        deadline = time.monotonic() + 120
+        path = None
+        while victim is None and time.monotonic() < deadline and p.poll() is None:
+            runs = list(tmp_path.iterdir())
+            path = runs[0] / "requests.jsonl" if runs else None
+            if path is not None and path.exists() and path.read_text().count('"worker"') >= 10:
+                victim = alive_actors("LoadWorker")[0]
+                os.kill(victim["Pid"], signal.SIGSTOP)
+            time.sleep(0.2)
+        assert victim is not None and path is not None, "the phase ended before a worker could be stopped"
+        seen = []  # rows written while it is stopped (polled together, one batch per 5 s poll wait)
+        stop_until = time.monotonic() + 7.0
+        while time.monotonic() < stop_until:
+            seen.append(path.read_text().count('"worker"'))
+            time.sleep(0.2)
+        os.kill(victim["Pid"], signal.SIGCONT)
+        _out, err = p.communicate(timeout=120)
+        print(f"rows written while one worker was stopped 7 s: {seen[-1] - seen[0]}")
+    finally:
+        if victim is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim["Pid"], signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert seen[-1] > seen[0]  # the live worker's rows arrived while the other was stopped
+    (run_dir,) = list(tmp_path.iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] != "failed" and manifest["cluster"]["load"]["workers_lost"] == []
+    rows = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["phase"] != "probe"]
+    assert len(rows) == len({r["request_id"] for r in rows}) == 300  # every request a row, once
+    assert all(r["status"] == "ok" for r in rows)

@@ -137,3 +137,19 @@ def test_status_of_a_full_lab_and_of_one_missing_a_mount(
     text = "\n".join(lines)
     assert not ok and lines[-1].startswith("status: NOT fully up")
     assert "NOT MOUNTED" in text and "pid 101 NOT RUNNING" in text
+
+
+def test_status_lines_are_redacted_at_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any caller of `status_lines` (not only `lab status`, which prints them) gets no credential:
+    an engine URL's userinfo and an echoed token are masked in the lines themselves."""
+    engine = EngineInfo(name="a", url="http://alice:Sup3rPw9@127.0.0.1:8471",
+                        raw_url="http://bob:Raw5ecret@127.0.0.1:8481",
+                        server_pid=101, connector_pid=102, log="/l")  # fmt: skip
+    state = _state(step="ready", engines=[engine], sink="Bearer Zm9vYmFyOmJheg==@169.254.123.2:9000")
+    monkeypatch.setattr(status, "cmdline", lambda pid: ["x"])
+    monkeypatch.setattr(status, "discover", lambda root, st: Found(netns=True, veth=True))
+    lines, _ = status.status_lines(tmp_path, state)
+    text = "\n".join(lines)
+    for secret in ("alice", "Sup3rPw9", "bob", "Raw5ecret", "Zm9vYmFyOmJheg"):
+        assert secret not in text
+    assert "engine a: http://<redacted>@127.0.0.1:8471" in text and "@127.0.0.1:8481" in text

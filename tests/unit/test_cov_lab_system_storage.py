@@ -200,6 +200,27 @@ def test_mounted_under_reads_proc_mounts_deepest_first(monkeypatch: pytest.Monke
     assert not storage.is_mounted(Path("/lab/mnt/neighbour"))
 
 
+def test_mounted_under_decodes_every_escape_the_kernel_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the kernel escapes space, tab, newline and backslash in /proc/mounts as octal; each decodes,
+    # and an escaped backslash before digits stays a backslash (one pass, not chained replaces)
+    table = (
+        "s /lab/tab\\011dir fuse rw 0 0\n"
+        "s /lab/new\\012line fuse rw 0 0\n"
+        "s /lab/back\\134slash fuse rw 0 0\n"
+        "s /lab/lit\\134040 fuse rw 0 0\n"
+        "s /lab/sp\\040ace fuse rw 0 0\n"
+    )
+    real = Path.read_text
+    monkeypatch.setattr(
+        Path, "read_text", lambda self, *a, **k: table if str(self) == "/proc/mounts" else real(self, *a, **k)
+    )
+    points = storage.mounted_under(Path("/lab"))
+    assert sorted(points) == sorted(
+        ["/lab/tab\tdir", "/lab/new\nline", "/lab/back\\slash", "/lab/lit\\040", "/lab/sp ace"]
+    )
+    assert storage.is_mounted(Path("/lab/tab\tdir")) and storage.is_mounted(Path("/lab/back\\slash"))
+
+
 def test_mount_refuses_when_sshfs_returns_without_a_mount(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

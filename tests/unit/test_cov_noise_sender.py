@@ -131,8 +131,41 @@ def test_after_go_the_last_count_is_what_the_sink_received(stdio: tuple[_Out, An
     assert sink.received - len(header) == counts[-1] > 0
     # rate-limited: chunks of rate * SENDER_REPORT_S and a bucket of two of them, so never more
     # than the bucket plus the rate times the whole run (generous: the run is at most its deadline)
-    chunk = max(4096, min(262_144, int(rate * sender.SENDER_REPORT_S)))
+    chunk = min(262_144, max(4096, int(rate * sender.SENDER_REPORT_S)))
     assert counts[-1] <= 2 * chunk + rate * 0.6 + chunk
+
+
+class _Recorded:
+    """A connected socket whose `send` calls are recorded (a socket's own methods cannot be patched)."""
+
+    def __init__(self, sock: socket.socket, sizes: list[int]) -> None:
+        self.sock, self.sizes = sock, sizes
+
+    def send(self, data: Any) -> int:
+        self.sizes.append(len(data))
+        return self.sock.send(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+@pytest.mark.parametrize("rate", ["0", "400000"])
+def test_chunk_bytes_caps_every_send_with_or_without_a_rate(
+    stdio: tuple[_Out, Any], monkeypatch: pytest.MonkeyPatch, rate: str
+) -> None:
+    # --chunk-bytes 512 with a rate whose interval's worth is 20 kB: each send is 512 bytes at most
+    # (it was raised to a 4 KiB floor), and the sink still gets every byte counted
+    out, feed = stdio
+    sink = _Sink()
+    sizes: list[int] = []
+    real = socket.create_connection
+    monkeypatch.setattr(sender.socket, "create_connection", lambda *a, **k: _Recorded(real(*a, **k), sizes))
+    feed(b"go\n")
+    argv = ["127.0.0.1", str(sink.port), "--chunk-bytes", "512", "--rate", rate, "--max-duration", "0.3"]
+    assert sender.main(argv) == 0
+    sink.wait()
+    assert sizes and max(sizes) == 512
+    assert sink.received == int(_lines(out)[-1])
 
 
 def test_a_line_other_than_go_stops_before_sending(stdio: tuple[_Out, Any]) -> None:

