@@ -171,9 +171,8 @@ def test_the_noise_link_caches_each_share_until_the_flows_change() -> None:
     loud = link.share(8)
     assert loud is not quiet and link.share(8) is loud
     assert 0 < link.achieved(8) < 40 * 1.0e12  # the link caps what the noise gets
-    assert (
-        loud.cache_each < quiet.cache_each
-    )  # 8 reads sharing the storage link with 40 flows each get less
+    # 8 reads sharing the storage link with 40 flows each get less
+    assert loud.cache_each < quiet.cache_each
     assert link.read_rate(8) == pytest.approx(loud.cache_each / params.time_scale)
     # latency under load: 0.5 s times the noise's share of the link
     assert link.latency_s() == pytest.approx(quiet_latency + 0.5 * link.share(1).noise_load)
