@@ -213,3 +213,34 @@ def test_a_narrow_cached_phase_map_stays_linear_without_p99_or_hits() -> None:
         assert len(fig.axes) == 1  # no hit ratio: no right axis
     finally:
         plt.close(fig)
+
+
+# --- a point's progress line ----------------------------------------------------------------------
+
+
+def test_progress_line_says_attainment_lateness_and_the_offload_overhead() -> None:
+    from kvbench.sweep.execute import progress_line
+
+    m = {
+        "ok": 7,
+        "requests": 8,
+        "throughput_rps": 3.14159,
+        "ttft_p50_ms": 12.345,
+        "ttft_p99_ms": None,
+        "attainment": 0.75,
+        "attainment_ci": (0.5, 0.9),
+        "goodput_rps": None,
+        "mock_late": True,
+        "mock_late_share": 0.3,
+        "overhead_ttft_p50": 0.125,
+        "overhead_ttft_p50_ci": (0.05, 0.2),
+        "overhead_modelled_ttft_p50": -0.02,
+    }
+    assert progress_line(3, "c=4", m, slo=True) == (
+        "[3] c=4: 7/8 ok, 3.14 req/s, TTFT p50 12.35 ms p99 - ms, attainment 75% [50%, 90%], "
+        "goodput - req/s, LATE: mock lateness 30% of the modelled TTFT, "
+        "offload overhead TTFT p50 +12.5% [+5.0%, +20.0%], "
+        "offload overhead modelled TTFT p50 -2.0%"
+    )
+    plain = progress_line(1, "c=1", {"ok": 0, "requests": 0, "attainment": 0.5}, slo=False)
+    assert plain == "[1] c=1: 0/0 ok, - req/s, TTFT p50 - ms p99 - ms"
