@@ -220,9 +220,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        # by shape, not class: typer >= 0.29 raises its own bundled copy of click's exceptions, which
+        # are no click.ClickException, and a bad flag then left a traceback
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            usage = any(k.__name__ == "UsageError" for k in type(exc).__mro__)
+            sys.exit(2 if usage else code)
         raise

@@ -184,3 +184,16 @@ def test_the_link_speaks_in_real_seconds_under_a_time_scale() -> None:
     link = NoiseLink(params)
     assert params.time_scale == pytest.approx(0.01)
     assert link.read_rate(1) == pytest.approx(100 * link.share(1).cache_each)
+
+
+@pytest.mark.parametrize("argv", [["serve", "--port", "99999"], ["serve", "--bogus"]])
+def test_the_mock_modules_bad_flags_are_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvbench.mock.commands import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("--port" in err or "--bogus" in err)
