@@ -137,6 +137,11 @@ class TraceRecord(Record):
     block_tokens: int = Field(description="Tokens per hash id in the trace.")
     rows: int = Field(description="Rows replayed (one request each), after skips.")
     skipped: int = Field(0, description="Rows left out for being longer than the model's context.")
+    skipped_why: dict[str, int] = Field(
+        default_factory=dict,
+        description="The skipped rows by reason: `over the context`, or (clip) `answer alone fills the "
+        "context`; empty when none was skipped (or in a run written before it).",
+    )
     clipped: int = Field(0, description="Rows whose prompt was cut to fit the model's context.")
     over_context: Literal["fail", "skip", "clip"] = Field(
         "fail", description="trace.over_context: what a row over the model's context got."
