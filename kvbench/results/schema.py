@@ -218,7 +218,19 @@ class ColdStart(Record):
     probe_hit_delta: float | None = Field(None, description="Hit-counter delta over the probe after reset.")
 
 
+# tests whose prompt set is only the probe that checks the server; their load is built as they run
+PROBE_ONLY_TESTS = frozenset({"replay", "sessions"})
+
+
 class PromptsInfo(Record):
+    """prompts.jsonl as built: the run's load, or (replay, sessions) only the probe before it."""
+
+    role: Literal["load", "probe"] | None = Field(
+        None,
+        description="load: the prompts the run's phases send; probe: a set that only checks the server "
+        "(replay and sessions build their load as they run: manifest.load / trace / sessions say it); "
+        "null in runs written before it (Manifest.prompts_role infers it from the test).",
+    )
     count: int = Field(description="Prompts built.")
     build_s: float = Field(description="Seconds spent building (and counting) them.")
     count_source: str | None = Field(None, description="server (its /tokenize) or estimate.")
@@ -366,11 +378,22 @@ class Manifest(Record):
     def to_json_dict(self) -> dict[str, Any]:
         """The dict written to manifest.json (optional sections absent until known)."""
         data = self.model_dump(mode="json")
+        prompts = data.get("prompts")
+        if prompts is not None and prompts.get("role") is None:  # an older run's set stays as written
+            del prompts["role"]
         return {k: v for k, v in data.items() if not (k in OMIT_WHEN_NONE and v is None)}
 
     def replace(self, **changes: Any) -> Manifest:
         """A validated copy with some fields changed (the manifest is frozen)."""
         return Manifest.model_validate({**self.model_dump(), **changes})
+
+    def prompts_role(self) -> Literal["load", "probe"] | None:
+        """What prompts.jsonl was: as recorded, or for an older run what its test made it."""
+        if self.prompts is None:
+            return None
+        if self.prompts.role is not None:
+            return self.prompts.role
+        return "probe" if self.test in PROBE_ONLY_TESTS else "load"
 
     def with_phase(self, entry: PhaseEntry) -> Manifest:
         return self.replace(phases=[*self.phases, entry])

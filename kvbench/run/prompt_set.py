@@ -10,7 +10,7 @@ import numpy as np
 from kvbench.engines.token_count import server_token_counter
 from kvbench.load.prompts import Prompt, bounded_counter, build_prompts, make_salt, resolve_lengths
 from kvbench.results import PROMPTS
-from kvbench.results.schema import PromptsInfo
+from kvbench.results.schema import PROBE_ONLY_TESTS, PromptsInfo
 from kvbench.run.context import Run
 
 
@@ -42,8 +42,10 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
         if p.actual_tokens is not None
         and abs(p.actual_tokens - p.requested_tokens) > scn.prompts.tolerance_tokens
     ]
+    probe = scn.test.kind in PROBE_ONLY_TESTS  # their own prompts are built as they run
     run.rd.update(
         prompts=PromptsInfo(
+            role="probe" if probe else "load",
             count=len(prompts),
             build_s=round(elapsed, 3),
             count_source=prompts[0].count_source if prompts else None,
@@ -56,7 +58,7 @@ async def make_prompt_set(run: Run) -> list[Prompt]:
         )
     )
     counted = f"lengths counted by {'the server' if counter else 'estimate (no /tokenize)'}"
-    if scn.test.kind in ("replay", "sessions"):  # their own prompts are built as they run: this is a probe
+    if probe:
         run.progress.log(
             f"built {probe_words(lengths)} to check the server before the {scn.test.kind} test "
             f"in {elapsed:.1f}s, {counted}"
@@ -101,6 +103,7 @@ async def dataset_prompt_set(run: Run) -> list[Prompt]:
             w.write(row.model_dump(mode="json"))
     run.rd.update(
         prompts=PromptsInfo(
+            role="probe" if scn.test.kind in PROBE_ONLY_TESTS else "load",
             count=len(prompts),
             build_s=round(elapsed, 3),
             count_source=prompts[0].count_source,

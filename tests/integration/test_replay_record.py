@@ -225,6 +225,9 @@ async def test_a_whole_trace_has_no_history(tmp_path: Path) -> None:
     assert trace is not None and trace.rows == 3 and trace.skipped == 1
     assert trace.rows_before == 0 and not trace.starts_cold and trace.ideal_with_history is None
     assert trace.skipped_why == {"over the context": 1}
+    # prompts.jsonl of a replay is the 16-token probe, and the manifest says so
+    prompts = json.loads((run_dir / "manifest.json").read_text())["prompts"]
+    assert prompts["role"] == "probe" and prompts["count"] == 1
 
 
 async def test_clip_records_why_each_row_was_skipped(tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ async def test_a_sessions_load_reads_as_users_and_turns(
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
     load = summary["run"]["load"]
     assert (load["kind"], load["prompt_count"], load["requests"]) == ("sessions-closed", 3, 6)
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["prompts"]["role"] == "probe"  # the set built before the test, not its users
 
 
 def test_an_open_loop_and_an_old_probe_load() -> None:
