@@ -175,6 +175,49 @@ class SessionsPhase(Record):
     stopped_at_context_cap: int = Field(description="Users stopped before a turn past max_context_tokens.")
 
 
+class SessionsDone(Record):
+    """What one sessions phase's users took of their planned turns."""
+
+    phase: str = Field(description="Phase name (cached, baseline, ...).")
+    turns: int = Field(description="Turns its users completed (answered; a failed turn ends its user).")
+    per_user_min: int = Field(description="Fewest turns a user of the phase completed.")
+    per_user_max: int = Field(description="Most turns a user of the phase completed.")
+    users_all_turns: int = Field(description="Users who completed every turn they planned.")
+
+
+class SessionsRecord(Record):
+    """A sessions run's load as run: the users, their turns (planned and done), the sizes and pace.
+
+    Written by kvbench.run.sessions.record; absent for every other test."""
+
+    users: int = Field(description="Users (conversations) per phase.")
+    loop: Literal["closed", "open"] = Field(
+        description="closed: active_users at once, the next starting as one finishes; open: users arrive "
+        "at arrival_rate_per_s, at most active_users at once."
+    )
+    active_users: int = Field(description="Users holding a conversation at once (the open loop's cap).")
+    arrival_rate_per_s: float | None = Field(None, description="Open loop: new users per second.")
+    arrivals: str | None = Field(None, description="Open loop: poisson or constant inter-arrivals.")
+    turns_planned: int = Field(description="Turns planned per phase, all users together.")
+    turns_per_user_min: int = Field(description="Fewest turns a user planned (test.turns).")
+    turns_per_user_max: int = Field(description="Most turns a user planned.")
+    done: list[SessionsDone] = Field(
+        default_factory=list, description="Per phase as it ends: the turns its users completed."
+    )
+    system_prompt_tokens: int = Field(description="System prompt every user shares, tokens.")
+    first_message_tokens: int = Field(description="The first user message, tokens.")
+    first_turn_tokens: int = Field(description="system_prompt_tokens + first_message_tokens.")
+    turn_tokens: int = Field(description="Each later user message, tokens (added after the previous answer).")
+    think_time: dict[str, Any] = Field(
+        description="test.think_time: distribution, mean_s, min_s, max_s, long_probability, long_s."
+    )
+    max_context_tokens: int = Field(
+        description="A user stops before a turn past this (the model's context caps it)."
+    )
+    max_tokens: int = Field(description="Output tokens asked per turn.")
+    baseline: bool = Field(description="A no-reuse baseline phase replays every conversation.")
+
+
 class PhaseEntry(Record):
     name: str = Field(description="Phase name, unique in the run: ttft, baseline, cached, quiet-1, ...")
     label: Label = Field(description="What the phase measured (one Label).")
@@ -326,6 +369,7 @@ OMIT_WHEN_NONE = frozenset(
         "clock_source",
         "clock",
         "trace",
+        "sessions",
     }
 )
 
@@ -353,6 +397,10 @@ class Manifest(Record):
     load: LoadShape | None = Field(None, description="The load shape (absent in runs before it existed).")
     trace: TraceRecord | None = Field(
         None, description="Replay test: the trace as run (file, rows used and skipped, pace, window)."
+    )
+    sessions: SessionsRecord | None = Field(
+        None,
+        description="Sessions test: the users and turns as run (planned, done), sizes, think time, loop.",
     )
     phases: list[PhaseEntry] = Field(default_factory=list, description="One entry per phase, in order.")
     error_counts: dict[str, int] = Field(default_factory=dict, description="error_type -> failed rows.")
