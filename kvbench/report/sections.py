@@ -59,6 +59,13 @@ def lengths_text(lengths: list[int] | LengthRangeInfo) -> str:
     return shown + (f", ... ({len(lengths)} lengths)" if len(lengths) > 8 else "") if shown else "n/a"
 
 
+def requests_text(requests: int, probes: int) -> str:
+    """The test's requests; the cold-start probes beside them, never counted as its load."""
+    if not probes:
+        return fmt(requests)
+    return f"{fmt(requests - probes)} (and {fmt(probes)} cold-start probe(s), not the test's load)"
+
+
 def run_section(summary: RunSummary) -> Section:
     run = summary.run
     target = run.target
@@ -78,9 +85,15 @@ def run_section(summary: RunSummary) -> Section:
         rows.append(
             ["time scale", f"{run.time_scale.value:g} of the modelled pace ({run.time_scale.source})"]
         )
-    rows += (sessions_load_rows if run.test == "sessions" else load_rows)(run.load, run.load_source)
+    if run.test == "sessions":
+        rows += sessions_load_rows(run.load, run.load_source, run.sessions)
+    else:
+        rows += load_rows(run.load, run.load_source)
     rows += trace_rows(run.trace)  # a replay's trace as run (none for other tests)
-    rows += [["reference", str(run.reference)], ["requests recorded", fmt(run.requests)]]
+    rows += [
+        ["reference", str(run.reference)],
+        ["requests recorded", requests_text(run.requests, run.probe_requests)],
+    ]
     paras = [f"**{summary.banner}**"] if summary.banner else []
     return Section("Run", paras, [Table(["", ""], rows)])
 

@@ -28,6 +28,7 @@ from kvbench.report.summary_model import (
     TtftAtLength,
     TtftSpeedup,
 )
+from kvbench.results.schema import Label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +84,7 @@ def _load_requests(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     return stats.normalise(df), [str(w.message) for w in caught]
 
 
-def _run_info(run: RunManifest, n_requests: int) -> RunInfo:
+def _run_info(run: RunManifest, n_requests: int, n_probes: int = 0) -> RunInfo:
     m = run.manifest
     failed = f": {m.error}" if m.status == "failed" and m.error else ""
     load, load_source = run.load_shape()
@@ -100,9 +101,11 @@ def _run_info(run: RunManifest, n_requests: int) -> RunInfo:
         simulated=m.simulated,
         reference=m.reference,
         requests=n_requests,
+        probe_requests=n_probes,
         load=load,
         load_source=load_source if load is not None else None,
         trace=m.trace,
+        sessions=m.sessions,
         time_scale=run.time_scale(),
     )
 
@@ -130,7 +133,8 @@ def build_summary(
     errors = sum(p.errors for p in phase_list)
     if errors:
         notes.append(f"{errors} failed requests are counted as errors and left out of latency statistics")
-    info = _run_info(run, len(df))
+    probes = int((df["label"] == str(Label.PROBE)).sum()) if "label" in df.columns else 0
+    info = _run_info(run, len(df), probes)
     if info.time_scale.value != 1.0:
         notes.append(
             f"the mock ran at time scale {info.time_scale.value:g} ({info.time_scale.source}): its times are "

@@ -19,7 +19,7 @@ from kvbench.report.noisy.effect import NoiseEffect
 from kvbench.report.noisy.explain import NoiseExplanation
 from kvbench.report.replay.model import ReplaySummary
 from kvbench.report.twin.range import TwinPrediction
-from kvbench.results.schema import LoadShape, TraceRecord
+from kvbench.results.schema import LoadShape, SessionsRecord, TraceRecord
 
 # 2: run.load is the manifest's own load shape (results.schema.LoadShape), its origin in run.load_source
 REPORT_VERSION = 2
@@ -142,9 +142,15 @@ class RunInfo(_Model):
     simulated: bool = F("measured on kvbench's mock")
     reference: str | None = F("published dataset the run compares with")
     requests: int = F("requests recorded")
+    probe_requests: int = F(
+        "of `requests`: the cold-start probes (label probe), not the test's load", default=0
+    )
     load: LoadShape | None = F("how requests were issued (None: not recorded)", default=None)
     load_source: str | None = F("where the load shape was read from", default=None)
     trace: TraceRecord | None = F("replay test: the manifest's trace as run (None otherwise)", default=None)
+    sessions: SessionsRecord | None = F(
+        "sessions test: the manifest's users and turns as run (None otherwise, or an older run)", default=None
+    )
     time_scale: TimeScale = F("the server's time scale (mock profiles may run faster than real time)")
 
 

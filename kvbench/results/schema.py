@@ -19,7 +19,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from kvbench.results.load_schema import ContextFitRecord, LoadShape, Record, SessionsRecord, TraceRecord
+
+# re-exported: readers import every manifest model from here
+from kvbench.results.load_schema import LengthRangeInfo as LengthRangeInfo
+from kvbench.results.load_schema import SessionsDone as SessionsDone
 
 
 class Label(StrEnum):
@@ -46,12 +52,6 @@ RunStatus = Literal["running", "complete", "interrupted", "failed"]
 
 # The manifest's shape version; results/reading.py migrates every older one to it.
 MANIFEST_VERSION = 4
-
-
-class Record(BaseModel):
-    """Base of every run-directory model: unknown keys are errors, instances are frozen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TargetRecord(Record):
@@ -109,57 +109,6 @@ class OptionsInfo(Record):
     max_error_rate: float = Field(0.0, description="Failed fraction still counted a pass.")
 
 
-class LengthRangeInfo(Record):
-    min: int = Field(description="Shortest prompt, tokens.")
-    max: int = Field(description="Longest prompt, tokens.")
-    distribution: str = Field(description="uniform or fixed_mean; trace: a replayed trace's rows.")
-
-
-class LoadShape(Record):
-    """How hard the run pushed: what a reader needs to compare it with a published figure."""
-
-    kind: str = Field(description="sequential, concurrent or rate.")
-    concurrency: int = Field(description="Most requests in flight at once (concurrent: the connections).")
-    rate: float | None = Field(None, description="rate load: mean arrivals per second.")
-    requests: int | None = Field(None, description="Requests per phase (sequential: one per prompt).")
-    prompt_count: int = Field(description="Distinct prompts in the set.")
-    lengths: list[int] | LengthRangeInfo = Field(description="Prompt lengths as the scenario set them.")
-    max_tokens: int = Field(description="Output tokens asked per request.")
-
-
-class TraceRecord(Record):
-    """A replay's trace as run: which file, which rows (and why some were left out), how fast.
-
-    Written by kvbench.run.replay.record; absent for every other test."""
-
-    path: str = Field(description="The trace file replayed.")
-    format: str = Field(description="Its row format: mooncake, bailian or weka.")
-    block_tokens: int = Field(description="Tokens per hash id in the trace.")
-    rows: int = Field(description="Rows replayed (one request each), after skips.")
-    skipped: int = Field(0, description="Rows left out for being longer than the model's context.")
-    clipped: int = Field(0, description="Rows whose prompt was cut to fit the model's context.")
-    over_context: Literal["fail", "skip", "clip"] = Field(
-        "fail", description="trace.over_context: what a row over the model's context got."
-    )
-    max_model_len: int | None = Field(None, description="The context the rows were checked against.")
-    schedule: str = Field(description="test.schedule: fixed (the trace's timestamps), rate or concurrent.")
-    speedup: float = Field(1.0, description="trace.speedup: the trace's time ran this many times faster.")
-    start_ms: float = Field(0.0, description="trace.start_ms: rows before this trace time were not sent.")
-    window_ms: float | None = Field(None, description="trace.window_ms: rows after start_ms + this not sent.")
-    limit: int | None = Field(None, description="trace.limit: at most this many rows.")
-    rows_before: int = Field(0, description="Rows of the trace before the window (timestamp < start_ms).")
-    starts_cold: bool = Field(
-        False,
-        description="The replayed rows start from an empty cache although the trace has rows before "
-        "them: a prefix those rows shared is a miss here (compare ideal_with_history).",
-    )
-    ideal_with_history: float | None = Field(
-        None,
-        description="starts_cold: the window's ideal hit ratio (trace blocks, share of prompt tokens) had "
-        "the rows before it already been cached; null otherwise.",
-    )
-
-
 class SessionsPhase(Record):
     """What a sessions phase did (its turns are rows of turns.jsonl)."""
 
@@ -213,12 +162,28 @@ class ColdStart(Record):
     probe_hit_delta: float | None = Field(None, description="Hit-counter delta over the probe after reset.")
 
 
+# tests whose prompt set is only the probe that checks the server; their load is built as they run
+PROBE_ONLY_TESTS = frozenset({"replay", "sessions"})
+
+
 class PromptsInfo(Record):
+    """prompts.jsonl as built: the run's load, or (replay, sessions) only the probe before it."""
+
+    role: Literal["load", "probe"] | None = Field(
+        None,
+        description="load: the prompts the run's phases send; probe: a set that only checks the server "
+        "(replay and sessions build their load as they run: manifest.load / trace / sessions say it); "
+        "null in runs written before it (Manifest.prompts_role infers it from the test).",
+    )
     count: int = Field(description="Prompts built.")
     build_s: float = Field(description="Seconds spent building (and counting) them.")
     count_source: str | None = Field(None, description="server (its /tokenize) or estimate.")
     counted_as: str | None = Field(None, description="What was counted: raw text, or chat with template.")
     outside_tolerance: int = Field(0, description="Prompts whose count missed tolerance_tokens.")
+    context: ContextFitRecord | None = Field(
+        None,
+        description="A dataset's requests over the model's context: skipped and clipped (null: no dataset).",
+    )
 
 
 class TtftStep(Record):
@@ -309,6 +274,7 @@ OMIT_WHEN_NONE = frozenset(
         "clock_source",
         "clock",
         "trace",
+        "sessions",
     }
 )
 
@@ -337,6 +303,10 @@ class Manifest(Record):
     trace: TraceRecord | None = Field(
         None, description="Replay test: the trace as run (file, rows used and skipped, pace, window)."
     )
+    sessions: SessionsRecord | None = Field(
+        None,
+        description="Sessions test: the users and turns as run (planned, done), sizes, think time, loop.",
+    )
     phases: list[PhaseEntry] = Field(default_factory=list, description="One entry per phase, in order.")
     error_counts: dict[str, int] = Field(default_factory=dict, description="error_type -> failed rows.")
     requests: int | None = Field(None, description="Rows written, probes included (set at the end).")
@@ -361,11 +331,23 @@ class Manifest(Record):
     def to_json_dict(self) -> dict[str, Any]:
         """The dict written to manifest.json (optional sections absent until known)."""
         data = self.model_dump(mode="json")
+        prompts = data.get("prompts")
+        for key in ("role", "context"):  # an older run's set stays as written (no nulls added)
+            if prompts is not None and prompts.get(key) is None:
+                del prompts[key]
         return {k: v for k, v in data.items() if not (k in OMIT_WHEN_NONE and v is None)}
 
     def replace(self, **changes: Any) -> Manifest:
         """A validated copy with some fields changed (the manifest is frozen)."""
         return Manifest.model_validate({**self.model_dump(), **changes})
+
+    def prompts_role(self) -> Literal["load", "probe"] | None:
+        """What prompts.jsonl was: as recorded, or for an older run what its test made it."""
+        if self.prompts is None:
+            return None
+        if self.prompts.role is not None:
+            return self.prompts.role
+        return "probe" if self.test in PROBE_ONLY_TESTS else "load"
 
     def with_phase(self, entry: PhaseEntry) -> Manifest:
         return self.replace(phases=[*self.phases, entry])

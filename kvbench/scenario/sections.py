@@ -209,6 +209,12 @@ class Prompts(Strict):
         description="The dataset's format; auto = detected from its first entry.",
         json_schema_extra=flag("dataset_format"),
     )
+    over_context: Literal["fail", "skip", "clip"] = Field(
+        "fail",
+        description="A dataset request whose prompt and answer exceed the model's context: fail (one line "
+        "naming its line), skip it, or clip a length-built prompt to fit (a text prompt is skipped); "
+        "counted in manifest.prompts.context.",
+    )
 
     @field_validator("lengths")
     @classmethod

@@ -19,7 +19,7 @@ from kvbench.scenario import Scenario, load_scenario
 from kvbench.sweep.arms import arm_overhead, baseline_overrides, offload_off_overrides
 from kvbench.sweep.cliff import WORKING_SET, cliff_figures, cliff_summary, expand, prompt_length
 from kvbench.sweep.grid import LOAD_FIELDS, Axis, check_slo_produced, grid, point_name
-from kvbench.sweep.points import mock_params, point_figures
+from kvbench.sweep.points import mock_params, point_figures, point_run
 from kvbench.sweep.saturation import LoadPoint, saturation
 from kvbench.sweep.search import Sample, search_capacity
 from kvbench.sweep.state import POINTS, PointState, SweepPlan, SweepState, write_state
@@ -148,6 +148,7 @@ class Sweep:
         label = self.plan.label or (pair.metrics or {}).get("label") if pair is not None else self.plan.label
         params = mock_params(scn)
         point.metrics = point_figures(outcome.run_dir, self.plan.slo, label, params)
+        point.run = point_run(outcome.run_dir)
         if pair is not None and pair.run_dir is not None:
             both = (mock_params(self.scenario_for(assignment)), params)
             point.metrics.update(arm_overhead(self.sweep_dir / pair.run_dir, outcome.run_dir, label, both))

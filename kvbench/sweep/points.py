@@ -106,3 +106,36 @@ def mock_lateness(manifest: Any, phases: set[Any]) -> dict[str, Any]:
         "mock_late_threshold": record.threshold_share,
         "mock_time_scale": getattr(manifest.target, "mock_time_scale", None),
     }
+
+
+def point_run(run_dir: Path) -> Any:
+    """sweep.json's record of a point's run: its id, its load as the manifest says it was (the
+    trace as run, the users and turns; never the probe the run starts with) and its pace."""
+    from kvbench.report.replay.trace_rows import trace_rows
+    from kvbench.report.sections import lengths_text, load_rows
+    from kvbench.report.sessions.load import sessions_load_rows
+    from kvbench.sweep.state import PointRun
+
+    m = load_record(run_dir).manifest
+    if m.test == "sessions":
+        words = sessions_load_rows(m.load, None, m.sessions)[0][1]
+    else:
+        words = load_rows(m.load)[0][1]
+    words = words.split(" (from ", 1)[0]
+    if m.test not in ("sessions", "replay") and m.load is not None:
+        words += f"; {m.load.prompt_count} prompt(s) of {lengths_text(m.load.lengths)} tokens"
+    scale = m.target.mock_time_scale
+    pace = "real time" if scale in (None, 1.0) else f"mock time scale {scale:g}"
+    if m.trace is not None:
+        pace += "; trace " + dict(trace_rows(m.trace))["trace pace"]
+    probes = sum(1 for r in read_jsonl(run_dir / REQUESTS) if r.get("label") == "probe")
+    return PointRun(
+        run_id=m.run_id,
+        test=m.test,
+        load=words,
+        pace=pace,
+        load_shape=m.load,
+        trace=m.trace,
+        sessions=m.sessions,
+        probe_requests=probes,
+    )

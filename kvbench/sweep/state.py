@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvbench.errors import UsageError
 from kvbench.redact import REDACTED, redact
 from kvbench.results import write_json_atomic
+from kvbench.results.schema import LoadShape, SessionsRecord, TraceRecord
 
 SWEEP_JSON = "sweep.json"
 POINTS = "points"
@@ -69,6 +70,23 @@ class SweepPlan(Strict):
     )
 
 
+class PointRun(Strict):
+    """What a point's run was, read from its manifest: the load it sent (never its probe) and its pace."""
+
+    run_id: str = Field(description="The point's run id (its manifest's run_id).")
+    test: str = Field(description="Test type the point ran.")
+    load: str = Field(description="The point's load in words, as its report's Run table says it.")
+    pace: str = Field(description="How fast it ran: the mock's time scale, a replay's schedule and speedup.")
+    load_shape: LoadShape | None = Field(
+        None, description="The run's manifest.load (replay: the trace as run)."
+    )
+    trace: TraceRecord | None = Field(None, description="Replay: the run's manifest.trace.")
+    sessions: SessionsRecord | None = Field(None, description="Sessions: the run's manifest.sessions.")
+    probe_requests: int = Field(
+        0, description="Cold-start probe rows of the run, not in the point's figures."
+    )
+
+
 class PointState(Strict):
     name: str = Field(description="Folder under points/, unique in the sweep.")
     index: int = Field(description="Order in which the point ran, from 0.")
@@ -81,6 +99,9 @@ class PointState(Strict):
     run_dir: str | None = Field(None, description="The point's run directory.")
     exit_code: int | None = Field(None, description="The run's exit code.")
     metrics: dict[str, Any] | None = Field(None, description="goodput.PointMetrics plus label and hit ratio.")
+    run: PointRun | None = Field(
+        None, description="The point's run as run (id, load, pace), from its manifest; null before it ran."
+    )
     note: str = Field("", description="Why skipped or failed, in words.")
 
 

@@ -138,3 +138,91 @@ def test_bad_dataset_is_one_line_before_anything_starts(tmp_path: Path, capsys) 
     code, out = kvbench(capsys, "run", "throughput", "--dataset", str(bad), "--output-dir", str(out_dir))
     assert (code, out.strip()) == (2, f"kvbench: {bad}:2: prompt: must be non-empty text, got 3")
     assert not out_dir.exists()  # refused before a server or a run directory
+
+
+# A dataset request over the model's context, under prompts.over_context (the replay's ContextFit).
+CONTEXT = 4096
+LONG = [(1000, 8), (9000, 8), (1500, 8), (800, CONTEXT + 10)]  # over; fits; the answer fills it
+
+
+def _over_context(tmp_path: Path) -> Path:
+    path = tmp_path / "datasets" / "long.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    rows = [{"timestamp": 10 * i, "input_length": n, "output_length": out,
+             "hash_ids": [100 * i + b for b in range(-(-n // 512))]}
+            for i, (n, out) in enumerate(LONG)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _dataset_run(tmp_path: Path, capsys, path: Path, policy: str) -> tuple[int, str]:
+    return kvbench(
+        capsys, "run", "throughput", "--dataset", str(path), "--concurrency", "1",
+        "--set", f"target.max_model_len={CONTEXT}", "--set", f"prompts.over_context={policy}",
+        "--set", "prompts.lengths=[64]", "--set", "output.max_tokens=8",
+        "--mock-profile", "ci", "--no-report", "--output-dir", str(tmp_path / "out"),
+    )  # fmt: skip
+
+
+def _sent(tmp_path: Path) -> tuple[dict, list[dict]]:
+    (run_dir,) = (tmp_path / "out").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    sent = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["phase"] == "cached"]
+    return manifest, sent
+
+
+def test_dataset_over_context_fails_naming_the_line_and_the_option(tmp_path: Path, capsys) -> None:
+    path = _over_context(tmp_path)
+    code, out = _dataset_run(tmp_path, capsys, path, "fail")
+    assert code == 2
+    (line,) = [x for x in out.splitlines() if x.startswith("kvbench: ")]  # the one error line
+    assert f"{path}:2: input_length: 9000 + 8 answer tokens exceeds the model's context {CONTEXT}" in line
+    assert "prompts.over_context=skip or clip" in line and "Traceback" not in out
+
+
+def test_dataset_over_context_skip_sends_the_rest_and_counts_it(tmp_path: Path, capsys) -> None:
+    code, out = _dataset_run(tmp_path, capsys, _over_context(tmp_path), "skip")
+    assert code == 0, out
+    manifest, sent = _sent(tmp_path)
+    assert manifest["prompts"]["context"] == {
+        "policy": "skip", "max_model_len": CONTEXT, "skipped": 2, "clipped": 0,
+        "skipped_why": {"over the context": 2},
+    }  # fmt: skip
+    assert manifest["prompts"]["count"] == 2 and manifest["prompts"]["role"] == "load"
+    assert sorted({r["prompt_tokens_server"] for r in sent}) == [1000, 1500]  # nothing over the context
+    load = manifest["load"]  # the dataset's prompts as sent, not prompts.lengths
+    assert load["prompt_count"] == 2 and load["lengths"] == {
+        "min": 1000,
+        "max": 1500,
+        "distribution": "dataset",
+    }
+    assert "dataset: 2 row(s) skipped (2 over the context), 0 clipped" in out
+    assert "(prompts.over_context=skip)" in out
+
+
+def test_dataset_over_context_clip_cuts_a_lengths_prompt_to_fit(tmp_path: Path, capsys) -> None:
+    code, out = _dataset_run(tmp_path, capsys, _over_context(tmp_path), "clip")
+    assert code == 0, out
+    manifest, sent = _sent(tmp_path)
+    ctx = manifest["prompts"]["context"]
+    assert (ctx["skipped"], ctx["clipped"]) == (1, 1)
+    assert ctx["skipped_why"] == {"answer alone fills the context": 1}
+    assert sorted({r["prompt_tokens_server"] for r in sent}) == [1000, 1500, CONTEXT - 8]  # token-exact clip
+    (run_dir,) = (tmp_path / "out").iterdir()
+    clipped = [r for r in read_jsonl(run_dir / "dataset.jsonl") if r["line"] == 2]
+    assert clipped and all(r["blocks"] == -(-(CONTEXT - 8) // 512) for r in clipped)
+
+
+def test_dataset_text_over_context_is_skipped_under_clip_with_its_reason(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "datasets" / "text.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    long = " ".join(["river"] * (CONTEXT + 100))
+    rows = [{"prompt": "Name three rivers.", "output_tokens": 8}, {"prompt": long, "output_tokens": 8}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out = _dataset_run(tmp_path, capsys, path, "clip")
+    assert code == 0, out
+    manifest, sent = _sent(tmp_path)
+    ctx = manifest["prompts"]["context"]
+    assert (ctx["skipped"], ctx["clipped"]) == (1, 0)
+    assert ctx["skipped_why"] == {"text prompt, sent as written (clip cuts only length-built prompts)": 1}
+    assert sent and all(r["prompt_tokens_server"] < 100 for r in sent)

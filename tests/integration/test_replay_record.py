@@ -124,8 +124,9 @@ async def test_summary_json_carries_the_replay_tables_the_report_shows(tmp_path:
     assert h.gap == pytest.approx(h.reported - h.ideal) and col["not reported"] == str(h.not_reported)
     assert replay.context is not None and (replay.context.skipped, replay.context.policy) == (1, "skip")
     assert replay.rows_before == 0 and replay.ideal_with_history is None
-    assert any("1 skipped, 0 clipped" in p for p in replay.paragraphs)
-    assert "1 skipped, 0 clipped" in report
+    reasons = "1 skipped (1 over the context), 0 clipped"
+    assert any(reasons in p for p in replay.paragraphs)
+    assert reasons in report
 
 
 async def test_run_table_shows_the_trace_not_the_probe(tmp_path: Path) -> None:
@@ -138,8 +139,8 @@ async def test_run_table_shows_the_trace_not_the_probe(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     assert f"| trace | {trace} (mooncake, 512 tokens a block) |" in run_table
     assert (
-        "| trace rows replayed | 3 of 4 selected; 1 skipped, 0 clipped: longer than the model's context "
-        "4,096 with their answer (trace.over_context=skip) |"
+        "| trace rows replayed | 3 of 4 selected; 1 skipped (1 over the context), 0 clipped: longer than "
+        "the model's context 4,096 with their answer (trace.over_context=skip) |"
     ) in run_table
     assert "| trace pace | concurrent: a closed loop, in trace order; the whole trace |" in run_table
     # the load rows are the trace's too: its three rows and their lengths, not the 16-token probe
@@ -223,6 +224,44 @@ async def test_a_whole_trace_has_no_history(tmp_path: Path) -> None:
     trace = load_record(run_dir).manifest.trace
     assert trace is not None and trace.rows == 3 and trace.skipped == 1
     assert trace.rows_before == 0 and not trace.starts_cold and trace.ideal_with_history is None
+    assert trace.skipped_why == {"over the context": 1}
+    # prompts.jsonl of a replay is the 16-token probe, and the manifest says so
+    prompts = json.loads((run_dir / "manifest.json").read_text())["prompts"]
+    assert prompts["role"] == "probe" and prompts["count"] == 1
+
+
+async def test_clip_records_why_each_row_was_skipped(tmp_path: Path) -> None:
+    """Under clip a row is skipped only when its answer alone fills the context: the manifest and
+    the report's paragraph and Run table give that reason with its count, not just a total."""
+    from kvbench.report.render import write_report
+
+    path = tmp_path / "trace.jsonl"
+    rows = [(1000, 8), (9000, 8), (1200, CONTEXT + 10), (800, 8)]  # clipped; answer fills the context
+    path.write_text("".join(
+        json.dumps({"timestamp": i * 10, "input_length": n, "output_length": out,
+                    "hash_ids": [i * 100 + b for b in range(-(-n // 512))]}) + "\n"
+        for i, (n, out) in enumerate(rows)
+    ))  # fmt: skip
+    scn, _ = load_scenario(
+        "replay",
+        {
+            "test.trace.path": str(path),
+            "test.trace.over_context": "clip",
+            "test.schedule": "concurrent",
+            "target.max_model_len": CONTEXT,
+            "target.mock_profile": "ci",
+        },
+    )
+    outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path / "r", quiet=True, report=False))
+    assert outcome.exit_code == 0
+    trace = load_record(outcome.run_dir).manifest.trace
+    assert trace is not None and (trace.rows, trace.skipped, trace.clipped) == (3, 1, 1)
+    assert trace.skipped_why == {"answer alone fills the context": 1}
+    write_report(outcome.run_dir, quiet=True)
+    report = (outcome.run_dir / "report.md").read_text()
+    assert "1 skipped (1 answer alone fills the context), 1 clipped to fit" in report
+    row = "| trace rows replayed | 3 of 4 selected; 1 skipped (1 answer alone fills the context), 1 clipped"
+    assert row in report
 
 
 def test_history_ideal_by_construction() -> None:

@@ -49,13 +49,67 @@ async def test_a_sessions_load_reads_as_users_and_turns(
     write_report(outcome.run_dir, quiet=True)
     rows = _table((outcome.run_dir / "report.md").read_text())
     assert rows["load"].startswith("sessions of 3 users: 2 users at once") and "closed loop" in rows["load"]
-    assert rows["users"] == "3" and rows["turns planned per phase"] == "6"
-    assert rows["first-turn tokens"].startswith("500 ")
+    assert rows["users"] == "3" and rows["turns planned per phase"] == "6 (2 per user)"
+    assert rows["turns done: cached"] == "6 (2 per user; 3 of 3 users took every planned turn)"
+    assert rows["first-turn tokens"] == "500 (system prompt 100 + first message 400)"
     assert rows["tokens added per later turn"].startswith("100 ")
+    assert rows["think time"] == "fixed 0.0 s" and rows["output tokens per turn (most)"] == "8"
+    # the 6 turns, the probes beside them and not counted as the test's requests
+    n_rows = sum(1 for _ in (outcome.run_dir / "requests.jsonl").open())
+    probes = n_rows - 6
+    assert probes >= 1
+    assert rows["requests recorded"] == f"6 (and {probes} cold-start probe(s), not the test's load)"
     assert "prompts" not in rows and "prompt lengths (tokens)" not in rows  # the probe's rows
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
     load = summary["run"]["load"]
     assert (load["kind"], load["prompt_count"], load["requests"]) == ("sessions-closed", 3, 6)
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["prompts"]["role"] == "probe"  # the set built before the test, not its users
+    rec = manifest["sessions"]
+    assert (rec["users"], rec["loop"], rec["active_users"], rec["arrival_rate_per_s"]) == (
+        3,
+        "closed",
+        2,
+        None,
+    )
+    assert (rec["turns_planned"], rec["turns_per_user_min"], rec["turns_per_user_max"]) == (6, 2, 2)
+    assert (rec["first_turn_tokens"], rec["turn_tokens"], rec["max_tokens"]) == (500, 100, 8)
+    assert rec["think_time"]["distribution"] == "fixed" and rec["baseline"] is False
+    assert rec["done"] == [
+        {"phase": "cached", "turns": 6, "per_user_min": 2, "per_user_max": 2, "users_all_turns": 3}
+    ]
+    assert summary["run"]["sessions"] == rec and summary["run"]["probe_requests"] == probes
+
+
+async def test_an_open_loop_with_a_baseline_records_each_phase(tmp_path: Path) -> None:
+    """Turns drawn per user ({min, max}), users arriving, and a baseline: the record has the loop, the
+    planned range and one `done` entry per phase, the baseline's against the cached phase's turns."""
+    knobs = {
+        **KNOBS,
+        "test.turns": {"min": 1, "max": 3},
+        "test.arrival_rate_per_s": 50.0,
+        "test.baseline": True,
+    }
+    knobs["test.think_time"] = {"distribution": "uniform", "min_s": 0.0, "max_s": 0.01, "mean_s": 0.005}
+    scn, _ = load_scenario("sessions", knobs)
+    outcome = await run_scenario(scn, RunOptions(output_dir=tmp_path, quiet=True, report=False))
+    assert outcome.exit_code == 0
+    from kvbench.results.reading import load_record
+
+    rec = load_record(outcome.run_dir).manifest.sessions
+    assert rec is not None and rec.loop == "open" and rec.arrival_rate_per_s == 50.0
+    assert rec.arrivals == "poisson" and rec.baseline
+    assert 1 <= rec.turns_per_user_min <= rec.turns_per_user_max <= 3
+    turns = [json.loads(x) for x in (outcome.run_dir / "turns.jsonl").read_text().splitlines()]
+    assert rec.turns_planned == sum(1 for t in turns if t["phase"] == "cached")  # all answered here
+    assert [d.phase for d in rec.done] == ["cached", "baseline"]
+    for d in rec.done:
+        assert d.turns == sum(1 for t in turns if t["phase"] == d.phase and t["ok"])
+        assert d.users_all_turns == 3
+    write_report(outcome.run_dir, quiet=True)
+    rows = _table((outcome.run_dir / "report.md").read_text())
+    assert "(open loop)" in rows["load"] and "from manifest sessions" in rows["load"]
+    assert rows["think time"] == "uniform 0.0-0.01 s"
 
 
 def test_an_open_loop_and_an_old_probe_load() -> None:
@@ -63,6 +117,8 @@ def test_an_open_loop_and_an_old_probe_load() -> None:
     rows = dict(sessions_load_rows(LoadShape(kind="sessions-open", rate=0.5, **shape)))
     assert rows["load"].startswith("sessions of 10 users: users arrive at 0.500/s, at most 4 at once")
     assert "open loop" in rows["load"] and rows["output tokens per turn (most)"] == "16"
+    # a manifest with a sessions-* load and no sessions record (written before it) still reads
+    assert rows["users"] == "10" and rows["turns planned per phase"] == "40"
     # a manifest from before sessions recorded their load: its load is the probe, and says so
     probe = LoadShape(kind="sequential", concurrency=1, prompt_count=1, lengths=[16], max_tokens=64)
     ((key, text),) = sessions_load_rows(probe)

@@ -50,6 +50,13 @@ def test_concurrency_sweep_on_the_mock(kvbench, tmp_path):
         prefill[c] = sum(t["prefill_ms"] for t in truth) / len(truth)
         m = p["metrics"]
         assert (m["requests"], m["label"], m["hit_ratio"]) == (6, "cached", 0.0)
+        # the point's run as run: its id and its load as its manifest says, not the probe
+        run = p["run"]
+        assert run["run_id"] == manifest.run_id and run["test"] == "throughput"
+        assert run["load"].startswith(f"concurrent, {c} connections kept busy")
+        assert run["load"].endswith("; 6 prompt(s) of 20,000 tokens")
+        assert run["load_shape"]["concurrency"] == c and run["load_shape"]["prompt_count"] == 6
+        assert run["probe_requests"] >= 1 and run["trace"] is None
         assert 0 <= m["good"] <= m["requests"]
         assert m["attainment_ci"][0] <= m["attainment"] <= m["attainment_ci"][1]
     # the mock's GPU is processor-shared: prefills that overlap each take longer, so queueing
@@ -58,6 +65,8 @@ def test_concurrency_sweep_on_the_mock(kvbench, tmp_path):
     with (out / "summary.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [r["load.concurrency"] for r in rows] == ["1", "2", "4"]
+    assert [r["run_id"] for r in rows] == [p["run"]["run_id"] for p in points]
+    assert all(r["load"] == p["run"]["load"] for r, p in zip(rows, points, strict=True))
     for png in ("sweep_latency.png", "sweep_goodput.png", "sweep_attainment.png"):
         assert (out / png).stat().st_size > 10_000
 
@@ -186,3 +195,36 @@ def test_goodput_search_lands_within_one_step_of_the_modelled_capacity(kvbench, 
     assert (
         f"search: load.concurrency = {search['highest_meeting']:g} meets" in (out / "summary.md").read_text()
     )
+
+
+def test_a_replay_sweep_records_each_points_trace_and_pace(kvbench, tmp_path):
+    """Over a replay's speedup, every point's record is its trace as run (rows, schedule, speedup)
+    with its run id, never the 16-token probe the run starts with; summary.md says it per point."""
+    trace = tmp_path / "trace.jsonl"
+    lengths = [1000, 2000, 1500]
+    trace.write_text("".join(
+        json.dumps({"timestamp": 10 * i, "input_length": n, "output_length": 8,
+                    "hash_ids": [100 * i + b for b in range(-(-n // 512))]}) + "\n"
+        for i, n in enumerate(lengths)
+    ))  # fmt: skip
+    out = tmp_path / "sweep"
+    code, _, err = kvbench(
+        "sweep", "replay", "--mock-profile", "ci", "--set", f"test.trace.path={trace}",
+        "--over", "test.trace.speedup=2,4", "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert code == 0, err
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert len(points) == 2
+    md = (out / "summary.md").read_text()
+    for p, speed in zip(points, (2, 4), strict=True):
+        run = p["run"]
+        manifest = load_manifest(out / p["run_dir"])
+        assert run["run_id"] == manifest.run_id and run["test"] == "replay"
+        assert run["load"] == "replay of 3 trace rows, on the trace's timestamps"
+        assert f"at {speed}x" in run["pace"] and "mock time scale" in run["pace"]
+        assert run["trace"]["rows"] == 3 and run["trace"]["speedup"] == speed
+        shape = run["load_shape"]
+        assert shape["kind"] == "replay-fixed" and shape["prompt_count"] == 3
+        assert (shape["lengths"]["min"], shape["lengths"]["max"]) == (1000, 2000)
+        assert p["metrics"]["requests"] == 3  # the trace's rows; the probes are beside them
+        assert f"- {p['name']}: run {manifest.run_id} (replay): replay of 3 trace rows" in md

@@ -219,3 +219,25 @@ def test_readme_lists_every_phase_label() -> None:
 def test_fixture_json_is_valid() -> None:
     for run in RUNS:
         json.loads((run / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
+def test_an_older_runs_prompts_read_by_its_test(run: Path) -> None:
+    """Runs written before prompts.role: their set is the load (no saved run is replay or sessions)."""
+    m = load_manifest(run)
+    assert m.prompts is None or m.prompts.role is None
+    assert m.prompts_role() == (None if m.prompts is None else "load")
+
+
+def test_an_older_replay_or_sessions_prompt_set_reads_as_the_probe() -> None:
+    from kvbench.results.schema import PromptsInfo
+
+    m = load_manifest(RUNS[0])
+    old = PromptsInfo(count=1, build_s=0.0)  # as a run before prompts.role wrote it
+    for test, role in (("replay", "probe"), ("sessions", "probe"), ("throughput", "load")):
+        assert m.replace(test=test, prompts=old).prompts_role() == role
+    # a recorded role wins over the inference
+    assert (
+        m.replace(test="replay", prompts=PromptsInfo(role="load", count=1, build_s=0.0)).prompts_role()
+        == "load"
+    )

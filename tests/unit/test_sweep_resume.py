@@ -42,6 +42,7 @@ def fake_runs(monkeypatch):
 
     monkeypatch.setattr(execute, "run_scenario", run_scenario)
     monkeypatch.setattr(execute, "point_figures", point_figures)
+    monkeypatch.setattr(execute, "point_run", lambda run_dir: None)  # a fake run has no manifest
     return calls, interrupt_at
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from kvbench.errors import UsageError
 from kvbench.report.core.formats import Section, Table, fmt
 from kvbench.report.replay.model import ContextRecord, ReplayHits, ReplaySummary, ReplayTable
+from kvbench.report.replay.trace_rows import why_text
 from kvbench.results import read_jsonl
 from kvbench.results.files import save_figure_atomic
 from kvbench.results.replay_rows import REPLAY_ROWS, REPLAY_SUMMARY
@@ -238,9 +239,12 @@ def replay_paragraphs(summary: dict[str, Any], trace: TraceRecord | None, overal
         )
     ctx = summary.get("context") or {}
     if ctx.get("skipped") or ctx.get("clipped"):
+        # the manifest's reasons first (the record), replay.json's for a run written before them
+        why = (trace.skipped_why if trace is not None else {}) or ctx.get("skipped_why") or {}
         paras.append(
-            f"Rows over the model's context {ctx.get('max_model_len')}: {ctx.get('skipped', 0)} skipped, "
-            f"{ctx.get('clipped', 0)} clipped to fit (trace.over_context={ctx.get('policy')})."
+            f"Rows over the model's context {ctx.get('max_model_len')}: {ctx.get('skipped', 0)} "
+            f"skipped{why_text(why)}, {ctx.get('clipped', 0)} clipped to fit "
+            f"(trace.over_context={ctx.get('policy')})."
         )
     window = window_paragraph(summary.get("selection") or {}, trace, overall)
     if window:

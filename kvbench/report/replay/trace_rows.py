@@ -28,12 +28,18 @@ def _rows_text(t: TraceRecord) -> str:
     text = f"{fmt(t.rows)} of {fmt(t.rows + t.skipped)} selected"
     if t.skipped or t.clipped:
         text += (
-            f"; {fmt(t.skipped)} skipped, {fmt(t.clipped)} clipped: longer than the model's context "
-            f"{fmt(t.max_model_len)} with their answer (trace.over_context={t.over_context})"
+            f"; {fmt(t.skipped)} skipped{why_text(t.skipped_why)}, {fmt(t.clipped)} clipped: longer "
+            f"than the model's context {fmt(t.max_model_len)} with their answer "
+            f"(trace.over_context={t.over_context})"
         )
     if t.limit is not None:
         text += f"; at most {fmt(t.limit)} rows (trace.limit)"
     return text
+
+
+def why_text(why: dict[str, int]) -> str:
+    """` (3 over the context, 1 answer alone fills the context)`; empty when no reason is recorded."""
+    return f" ({', '.join(f'{fmt(n)} {k}' for k, n in why.items())})" if why else ""
 
 
 def _pace_text(t: TraceRecord) -> str:

@@ -46,6 +46,7 @@ def summary_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
         m = p.get("metrics") or {}
         att = m.get("attainment_ci") or (None, None)
         gp = m.get("goodput_ci") or (None, None)
+        run = p.get("run") or {}  # absent in a sweep.json written before it
         row: dict[str, Any] = {"point": p["name"], **p["assignment"], "repeat": p.get("repeat", 0)}
         if state["plan"].get("baseline"):
             row["arm"] = p.get("arm", "main")
@@ -72,6 +73,9 @@ def summary_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
             mock_late_threshold=m.get("mock_late_threshold"),
             mock_time_scale=m.get("mock_time_scale"),
             run_dir=p.get("run_dir"),
+            run_id=run.get("run_id"),
+            load=run.get("load"),
+            pace=run.get("pace"),
         )
         for key in ("overhead_ttft_p50", "overhead_modelled_ttft_p50"):
             if key in m:
@@ -104,6 +108,7 @@ def sweep_markdown(state: dict[str, Any]) -> str:
     slo = plan.get("slo") or {}
     out = [f"# Sweep of {plan['scenario']} over {', '.join(fields)}", ""]
     out.append(f"Status: {state['status']}; {len(state['points'])} points.")
+    out.extend(_runs_lines(state))
     if slo:
         bounds = ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
         out.append(f"SLO: {bounds}; target attainment {plan['attainment']:g} (95% Wilson intervals).")
@@ -146,6 +151,23 @@ def sweep_markdown(state: dict[str, Any]) -> str:
 
 
 LATE_SHOWN = ("mock_late_share",)
+
+
+def _runs_lines(state: dict[str, Any]) -> list[str]:
+    """What every point ran, from sweep.json's run record: its run id, its load (the test's own,
+    never a probe) and its pace; nothing for a sweep written before points kept it."""
+    runs = [(p["name"], p["run"]) for p in state["points"] if p.get("run")]
+    if not runs:
+        return []
+    paces = {r["pace"] for _, r in runs}
+    out = ["", "Each point's run (its load as its manifest records it; cold-start probes not counted):"]
+    if len(paces) == 1:
+        out.append(f"- pace of every point: {paces.pop()}")
+    for name, r in runs:
+        pace = "" if len(paces) <= 1 else f"; pace {r['pace']}"
+        probes = f"; {r['probe_requests']} cold-start probe(s) besides" if r.get("probe_requests") else ""
+        out.append(f"- {name}: run {r['run_id']} ({r['test']}): {r['load']}{pace}{probes}")
+    return out
 
 
 def late_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -48,38 +48,52 @@ MIN_PROMPT_TOKENS = 1  # a clipped prompt keeps at least this many tokens beside
 
 @dataclass
 class ContextFit:
-    """Rows against the model's context under `trace.over_context`, counted as they pass."""
+    """Rows against the model's context under an over-context policy, counted as they pass.
+
+    The replay's `trace.over_context` and the throughput test's `prompts.over_context` (a dataset's
+    requests) share it: `option` and `narrow` name the setting and how to select fewer rows."""
 
     max_model_len: int | None
     policy: str  # fail | skip | clip
     block_tokens: int
     path: str
+    option: str = "trace.over_context"
+    narrow: str = "trace.limit / start_ms / window_ms select fewer rows"
     skipped: int = 0
     clipped: int = 0
     skipped_answer_fills_context: int = 0  # of `skipped`: clip asked, but no prompt fits beside the answer
+    skipped_not_clippable: int = 0  # of `skipped`: clip asked of a prompt sent as written (dataset text)
+
+    def keep(self, line: int, length: int, out: int, clippable: bool = True) -> int | None:
+        """Tokens of the prompt to send: `length` when it fits beside its answer, fewer when clipped;
+        None when it is left out. Over the context under fail: one line naming the row and the option."""
+        if self.max_model_len is None or length + out <= self.max_model_len:
+            return length
+        if self.policy == "fail":
+            raise UsageError(
+                f"{self.path}:{line}: input_length: {length} + {out} answer tokens exceeds the model's "
+                f"context {self.max_model_len} ({self.option}=skip or clip sends the rest; {self.narrow})"
+            )
+        keep = self.max_model_len - out
+        if self.policy == "skip" or keep < MIN_PROMPT_TOKENS or not clippable:
+            self.skipped += 1
+            if self.policy == "clip" and keep < MIN_PROMPT_TOKENS:  # the answer alone fills the context
+                self.skipped_answer_fills_context += 1
+            elif self.policy == "clip":
+                self.skipped_not_clippable += 1
+            return None
+        self.clipped += 1
+        return keep
 
     def rows(self, rows: Iterable[TraceRow], answer: Callable[[TraceRow], int]) -> Iterator[TraceRow]:
         """The rows as replayed: each over the context refused, left out or clipped to fit."""
         for row in rows:
-            out = answer(row)
-            if self.max_model_len is None or row.input_length + out <= self.max_model_len:
+            keep = self.keep(row.line, row.input_length, answer(row))
+            if keep is None:
+                continue
+            if keep == row.input_length:
                 yield row
                 continue
-            if self.policy == "fail":
-                raise UsageError(
-                    f"{self.path}:{row.line}: input_length: {row.input_length} + {out} answer tokens exceeds "
-                    f"the model's context {self.max_model_len} (trace.over_context=skip or clip replays the "
-                    "rest; trace.limit / start_ms / window_ms select fewer rows)"
-                )
-            if self.policy == "skip":
-                self.skipped += 1
-                continue
-            keep = self.max_model_len - out
-            if keep < MIN_PROMPT_TOKENS:  # the answer alone fills the context: no clip can send it
-                self.skipped += 1
-                self.skipped_answer_fills_context += 1
-                continue
-            self.clipped += 1
             blocks = -(-keep // self.block_tokens)  # the blocks the clipped prompt still covers
             yield replace(row, input_length=keep, hash_ids=row.hash_ids[:blocks])
 
@@ -94,20 +108,24 @@ class ContextFit:
 
     def skipped_why(self) -> dict[str, int]:
         """The skipped rows by reason (an empty dict when none was skipped)."""
-        answer = self.skipped_answer_fills_context
-        why = {"over the context": self.skipped - answer, "answer alone fills the context": answer}
+        answer, text = self.skipped_answer_fills_context, self.skipped_not_clippable
+        why = {
+            "over the context": self.skipped - answer - text,
+            "answer alone fills the context": answer,
+            "text prompt, sent as written (clip cuts only length-built prompts)": text,
+        }
         return {k: n for k, n in why.items() if n}
 
 
-def context_line(ctx: dict[str, Any]) -> str | None:
+def context_line(ctx: dict[str, Any], who: str = "replay", option: str = "trace.over_context") -> str | None:
     """The console's line for ContextFit.record(): rows skipped (by reason) and clipped; None if none."""
     if not (ctx.get("skipped") or ctx.get("clipped")):
         return None
     why = ctx.get("skipped_why") or {}
     reasons = f" ({', '.join(f'{n} {k}' for k, n in why.items())})" if why else ""
     return (
-        f"replay: {ctx.get('skipped', 0)} row(s) skipped{reasons}, {ctx.get('clipped', 0)} clipped: longer "
-        f"than the model's context {ctx.get('max_model_len')} (trace.over_context={ctx.get('policy')})"
+        f"{who}: {ctx.get('skipped', 0)} row(s) skipped{reasons}, {ctx.get('clipped', 0)} clipped: longer "
+        f"than the model's context {ctx.get('max_model_len')} ({option}={ctx.get('policy')})"
     )
 
 

@@ -81,6 +81,7 @@ def trace_record(
         block_tokens=trace.block_tokens,
         rows=len(sched.items),
         skipped=fit.skipped,
+        skipped_why=fit.skipped_why(),
         clipped=fit.clipped,
         over_context=src.over_context,
         max_model_len=fit.max_model_len,

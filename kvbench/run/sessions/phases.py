@@ -40,6 +40,7 @@ from kvbench.load.sessions import (
 from kvbench.results.schema import Label, LoadShape, SessionsPhase
 from kvbench.results.turns import TURNS, TurnRow, per_turn, serving_tier, turn_table_lines
 from kvbench.run.context import phase_entry
+from kvbench.run.sessions.record import phase_done, sessions_record
 from kvbench.run.sessions.tiers import CounterWindow, GroundTruthTail, SendCounter
 from kvbench.scenario import SessionsSection
 
@@ -317,7 +318,11 @@ async def run_sessions(run: Run, prompts: list[Prompt]) -> None:
     knobs = scn.test
     assert isinstance(knobs, SessionsSection)
     plans = plan_sessions(knobs)
-    run.rd.update(load=_load_shape(knobs, plans, run.client.cfg.max_tokens))
+    cap = knobs.max_context_tokens
+    if run.target.max_model_len:
+        cap = min(cap, run.target.max_model_len)
+    record = sessions_record(knobs, plans, run.client.cfg.max_tokens, cap)
+    run.rd.update(load=_load_shape(knobs, plans, run.client.cfg.max_tokens), sessions=record)
     one = await server_token_counter(run.http, run.target.model, run.target.engine, "chat")
     t0 = time.perf_counter()
     texts = await build_texts(knobs, plans, content_counter(one) if one else None)
@@ -327,9 +332,6 @@ async def run_sessions(run: Run, prompts: list[Prompt]) -> None:
         f"{time.perf_counter() - t0:.1f}s, counted by {'the server' if one else 'estimate (no /tokenize)'}"
     )
     gt = GroundTruthTail(run.rd.path / GROUND_TRUTH) if run.target.mock is not None else None
-    cap = knobs.max_context_tokens
-    if run.target.max_model_len:
-        cap = min(cap, run.target.max_model_len)
     writer = run.rd.writer(TURNS)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -337,12 +339,19 @@ async def run_sessions(run: Run, prompts: list[Prompt]) -> None:
     def phase(name: str, label: Label, rep: int, **kw: Any) -> Phase:
         return Phase(run, plans, texts, name, label, rep, writer, count_messages, gt, cap, **kw)
 
+    def ran(p: Phase) -> None:  # the record gains what the phase's users took of their plan
+        nonlocal record
+        planned = p.replay_turns if p.replay is not None else {q.session_id: q.turns for q in plans}
+        record = record.model_copy(update={"done": [*record.done, phase_done(p.name, planned, p.turns_done)]})
+        run.rd.update(sessions=record)
+
     try:
         for rep in range(scn.repetitions):
             sfx = f"-r{rep + 1}" if scn.repetitions > 1 else ""
             await run.reset()
             cached = phase(f"cached{sfx}", Label.CACHED, rep, salt=run.new_salt())
             await run_phase(run, cached, knobs)
+            ran(cached)
             rows += cached.rows
             notes.append(_phase_note(cached, knobs))
             if knobs.baseline:
@@ -355,6 +364,7 @@ async def run_sessions(run: Run, prompts: list[Prompt]) -> None:
                     replay_turns=dict(cached.turns_done),
                 )
                 await run_phase(run, base, knobs)
+                ran(base)
                 rows += base.rows
                 notes.append(_phase_note(base, knobs))
     finally:
