@@ -226,7 +226,8 @@ def _seq_limit(
 
     gauges = measure.read_gauges([r.run_dir for r in runs if str(r.run_dir) not in other])
     prior = scheduler.origin.get("max_num_seqs", "default")
-    return seqlimit.choose(loads, predictor, scheduler.max_num_seqs, prior, given, gauges)
+    exact = prior.startswith("source profile")  # kvbench's mock: its profile is the system
+    return seqlimit.choose(loads, predictor, scheduler.max_num_seqs, prior, given, gauges, exact)
 
 
 def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
