@@ -25,7 +25,8 @@ from kvbench.mock.costs.timing import ModelParams, derive_params
 from kvbench.mock.profiles import load_profile, validate_profile
 from kvbench.model.kv_geometry import PRESETS
 from kvbench.model.prefill import prefill_time
-from kvbench.twin import closedloop, measure, seqlimit
+from kvbench.results import REQUESTS, read_jsonl
+from kvbench.twin import closedloop, measure, seqlimit, tiers
 from kvbench.twin import fit as F
 from kvbench.twin.scheduler import Scheduler, choose
 from kvbench.twin.sources import RunData
@@ -44,6 +45,7 @@ class Twin:
     notes: list[str]
     scheduler: Scheduler | None = None
     seq_limit: seqlimit.SeqLimit | None = None
+    cliff: tiers.Cliff | None = None
 
 
 def _base(name: str) -> TieredProfile:
@@ -153,7 +155,21 @@ def build_twin(
             )
     else:
         notes.append("no warm rows: the serving tier is not fitted (latency 0, bandwidth unbounded)")
+    cliff = _cliff(runs, _params(_draft(base, geometry, served, pf.a, pf.c, g4)), pf, g4)
+    if cliff is not None:  # the sweep's hits were the near tier's: G4 stands for the far one
+        g4 = (cliff.far.latency_s, cliff.far.bandwidth_bytes_per_s or UNBOUNDED_BW)
     draft = _draft(base, geometry, served, pf.a, pf.c, g4)
+    if cliff is not None:
+        near = _params(draft).block_bytes * cliff.capacity_blocks
+        draft["tiers"]["G1"] |= {"enabled": True, "capacity_bytes": near, "latency_s": 0.0}
+        draft["tiers"]["G1"]["read_bandwidth_bytes_per_s"] = UNBOUNDED_BW
+        notes.append(
+            f"a cliff in the hits: a near tier of {cliff.capacity_blocks} blocks whose hits cost nothing "
+            f"(G1, {cliff.near_hits} of {cliff.hits} hits held whole), beyond it G4 at "
+            f"{cliff.far.latency_s * 1e3:.3g} ms + bytes / "
+            f"{(cliff.far.bandwidth_bytes_per_s or 0) / 1e9:.3g} GB/s (fit.terms.near_tier; one far tier "
+            "stands for every slower one)"
+        )
     draft["gpu"] |= scheduler.gpu_fields()
     decode = _decode(runs, _params(draft), draft, notes)
     limit = _seq_limit(runs, draft, scheduler, max_seqs, notes)
@@ -183,7 +199,7 @@ def build_twin(
             "throughput rows are recorded, not fitted (no closed-loop phase at the TTFT sweep's pace): "
             "--validate RUN says how well the twin predicts them"
         )
-    twin = Twin(draft, pf, onboard, decode, notes, scheduler, limit)
+    twin = Twin(draft, pf, onboard, decode, notes, scheduler, limit, cliff)
     draft["fit"] = fit_section(runs, twin)
     draft["description"] = f"Twin fitted by kvbench fit to {', '.join(str(r.run_dir) for r in runs)}"
     _params(draft)  # the mock must accept its own twin
@@ -201,6 +217,45 @@ def _decode(
     draft["gpu"]["decode_step_base_s"] = fit.base_s
     draft["gpu"]["hbm_bandwidth_bytes_per_s"] = fit.hbm_bytes_per_s or UNBOUNDED_BW
     return fit
+
+
+def _cliff(
+    runs: list[RunData], params: ModelParams, pf: F.PrefillFit, g4: tuple[float, float]
+) -> tiers.Cliff | None:
+    """A bounded near tier and the far tier beyond it, where the runs' hits show a cliff (twin.tiers):
+    the sweep's hits and those of the throughput runs at their fewest connections."""
+    fewest = min((t.concurrency for r in runs for t in r.throughput), default=None)
+    if fewest is None:
+        return None
+    tail = params.chunk_tail_s(params.onboard_chunk_tokens)
+    chosen = [r for r in runs if r.warm or any(t.concurrency == fewest for t in r.throughput)]
+    per_run = []
+    for r in chosen:
+        rows = []
+        for q in read_jsonl(r.run_dir / REQUESTS):
+            n, ttft = q.get("prompt_tokens_server") or q.get("prompt_tokens"), q.get("ttft_ms")
+            sent, first = q.get("sent_ns"), q.get("first_token_ns")
+            if (
+                q.get("status") != "ok"
+                or not isinstance(n, int)
+                or n <= 0
+                or not isinstance(ttft, int | float)
+            ):
+                continue
+            if not isinstance(sent, int) or not isinstance(first, int):
+                continue
+            c = min(int(q.get("cached_tokens") or 0), n)
+            pid = q.get("prompt_id")
+            key = pid if isinstance(pid, int) and pid >= 0 else q.get("request_id")
+            excess = ttft / 1e3 - pf.fixed_s - prefill_time(n, c, pf.a, pf.c) if c > 0 else None
+            rows.append(tiers.Row(key, n, c, sent, first, None if q.get("label") == "probe" else excess))
+        per_run.append(rows)
+    latency, bw = g4
+
+    def one_tier(cached: int) -> float:
+        return latency + params.kv_bytes(cached) / bw + tail
+
+    return tiers.fit_cliff(per_run, params.block_tokens, params.kv_bytes, one_tier, tail)
 
 
 def _seq_limit(
@@ -277,6 +332,8 @@ def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
         terms["scheduler"] = twin.scheduler.record()
     if twin.seq_limit is not None:
         terms["max_num_seqs"] = twin.seq_limit.record()
+    if twin.cliff is not None:
+        terms["near_tier"] = twin.cliff.record()
     sources = [r.source.as_dict() for r in runs if r.source is not None]
     return {
         "runs": [str(r.run_dir) for r in runs],
