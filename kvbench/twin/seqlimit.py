@@ -2,6 +2,10 @@
 
 From the first of:
   given    `kvbench fit --max-seqs N`
+  source   the runs were against kvbench's own mock: its profile's limit is the system's, exactly
+           (the step model's scores are still recorded: on a busy machine a mock run at a fast pace
+           is late by milliseconds, and a replay that cannot see that lateness matched an invented
+           limit of 6 on a mock with 256 better than no limit)
   gauges   the server's own running/waiting gauges, sampled during the throughput runs
            (kvbench.twin.measure): the most requests running while others waited is the limit
   model    the candidate limit whose step-model replay of each throughput run (kvbench.twin.closedloop)
@@ -49,7 +53,7 @@ class Point:
 @dataclass(frozen=True)
 class SeqLimit:
     value: int  # the profile's gpu.max_num_seqs
-    origin: str  # given | gauges | model | default
+    origin: str  # given | source | gauges | model | default
     binding: bool  # the limit held requests back in the runs (False: at least the most connections run)
     residual: float | None  # rms relative error of req/s and TTFT p50 over the runs, at `value`
     points: tuple[Point, ...]
@@ -108,6 +112,7 @@ def choose(
     prior_from: str,
     given: int | None = None,
     gauges: Gauges | None = None,
+    exact_prior: bool = False,
 ) -> SeqLimit:
     """The sequence limit and where it came from (see the module docstring for the order)."""
     most = max((ld.concurrency for ld in loads), default=0)
@@ -127,6 +132,8 @@ def choose(
     scores = {"none": score(loads, predictor, None)[0]}
     for c in candidates(most, floor):
         scores[str(c)] = score(loads, predictor, c)[0]
+    if exact_prior:
+        return at(prior, "source", most > prior, prior_from, scores)
     best = min((k for k in scores if k != "none"), key=lambda k: (scores[k], -int(k)), default=None)
     if best is not None and scores[best] < (1 - MARGIN) * scores["none"]:
         detail = f"the step model's best match to {len(loads)} run(s) at connections {_conns(loads)}"

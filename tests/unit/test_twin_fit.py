@@ -214,3 +214,29 @@ def test_throughput_runs_are_recorded_beside_the_ttft_fit(tmp_path: Path) -> Non
     assert observed["cached"]["requests_per_s"] > observed["baseline"]["requests_per_s"] > 0
     assert any("throughput rows are recorded, not fitted" in n for n in fit.notes)
     assert twin.prefill.a == pytest.approx(A, rel=1e-6)  # the throughput rows do not enter the TTFT fit
+
+
+def test_a_cliff_gives_the_twin_a_near_tier_of_its_capacity_and_the_far_tier_in_g4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvbench.twin import tiers
+
+    far = F.OnboardFit(0.006, 2.0e9, F.quality([1.0, 2.0], [1.0, 2.0]))
+    seen: list[int] = []
+
+    def cliff(runs, block, kv_bytes, one_tier, tail_s):  # type: ignore[no-untyped-def]
+        seen.append(sum(len(r) for r in runs))
+        return tiers.Cliff(700, far, 1e-6, 1e-4, 20, 5)
+
+    monkeypatch.setattr(tiers, "fit_cliff", cliff)
+    runs = read_runs([_run_dir(tmp_path, _rows(0.0)), THROUGHPUT_FIXTURE])
+    twin = build_twin(runs, "ibm-g4", None, None)
+    assert seen and seen[0] > len(_rows(0.0))  # the sweep's rows and the throughput run's
+    params = derive_params(load_profile(_write(tmp_path, twin.profile)))
+    assert params.tier("G1").enabled and params.capacity_blocks("G1") == 700
+    assert (params.tier("G4").latency_s, params.tier("G4").read_bandwidth) == (0.006, 2.0e9)
+    assert twin.profile["fit"]["terms"]["near_tier"]["capacity_blocks"] == 700
+    assert any("a cliff in the hits" in n for n in twin.notes)
+    # without throughput runs no cliff is looked for: G4 is the sweep's serving tier, G1 off
+    alone = build_twin(read_runs([_run_dir(tmp_path, _rows(0.0), "alone")]), "ibm-g4", None, None)
+    assert not alone.profile["tiers"]["G1"]["enabled"] and "near_tier" not in alone.profile["fit"]["terms"]

@@ -139,3 +139,16 @@ def test_candidates_lie_below_the_most_connections() -> None:
     assert seqlimit.candidates(8, floor=3) == [3, 4, 5, 6, 7]
     assert seqlimit.candidates(1) == []
     assert seqlimit.candidates(300)[-3:] == [64, 128, 256]
+
+
+def test_a_mock_sources_own_limit_is_kept_where_the_model_would_invent_one() -> None:
+    # loads made with a limit of 3 stand for a replay that mismatches the source's timing: the model
+    # path picks 3, but a mock source's profile says its limit exactly, so that stays (scored all the same)
+    params = _params(steps=False)
+    loads = _loads(params, 3)
+    assert seqlimit.choose(loads, _predictor(params), 256, "source profile ci").value == 3
+    got = seqlimit.choose(loads, _predictor(params), 256, "source profile ci", exact_prior=True)
+    assert (got.value, got.origin, got.binding) == (256, "source", False)
+    assert got.scores["3"] < got.scores["none"]
+    given = seqlimit.choose(loads, _predictor(params), 256, "source profile ci", given=2, exact_prior=True)
+    assert given.value == 2
