@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kvbench.errors import UsageError
@@ -325,8 +326,25 @@ def _seq_limit(
 
     gauges = measure.read_gauges([r.run_dir for r in runs if str(r.run_dir) not in other])
     prior = scheduler.origin.get("max_num_seqs", "default")
-    exact = prior.startswith("source profile")  # kvbench's mock: its profile is the system
+    # kvbench's embedded mock: its profile is the system, unless the runs overrode the limit or
+    # served the mock on their own (`mock serve --set gpu.max_num_seqs=4`: the name says nothing)
+    exact = prior.startswith("source profile") and all(_profile_is_the_system(r.run_dir) for r in runs)
     return seqlimit.choose(loads, predictor, scheduler.max_num_seqs, prior, given, gauges, exact)
+
+
+def _profile_is_the_system(run_dir: Path) -> bool:
+    """The run was on the embedded mock and kept its profile's sequence limit."""
+    from kvbench.configfile import read_yaml
+    from kvbench.results.files import SCENARIO
+
+    try:
+        target = (read_yaml(run_dir / SCENARIO) or {}).get("target") or {}
+    except Exception:  # no or unreadable scenario.yaml: nothing says the profile is exact
+        return False
+    overrides = target.get("mock_overrides") or {}
+    gpu = overrides.get("gpu") if isinstance(overrides, dict) else None
+    set_limit = "gpu.max_num_seqs" in overrides or (isinstance(gpu, dict) and "max_num_seqs" in gpu)
+    return target.get("base_url") is None and not set_limit
 
 
 def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
