@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from raycluster import alive_actors, kvbench_cli, ray_test_cluster, read_jsonl
@@ -350,31 +352,42 @@ def test_sigint_during_a_ray_load_phase_cancels_the_workers_requests(cluster, tm
     assert alive_actors("LoadWorker") == []
 
 
-def test_a_stopped_ray_worker_is_lost_within_its_silence_bound(cluster, tmp_path) -> None:
-    """SIGSTOP one of two Ray load workers mid-phase: its polls go unanswered, and past the silence
-    bound (the run's connect timeout, SILENCE_MIN_S at least) it is lost the way a dead one is."""
+def _run_on_two_workers(cluster: Any, tmp_path: Path, requests: int, connect_s: float) -> Any:
+    """A throughput run on two Ray load workers, started and not waited for."""
     c, _ = cluster
-    p = kvbench_cli(
+    return kvbench_cli(
         *RUN,
         *WORKERS,
-        *("--set", "prompts.lengths=[2000]", "--requests", "400", "--concurrency", "4"),
-        *("--max-tokens", "32", "--set", "target.timeouts.connect_s=2"),  # below the floor
+        *("--set", "prompts.lengths=[2000]", "--requests", str(requests), "--concurrency", "4"),
+        *("--max-tokens", "32", "--set", f"target.timeouts.connect_s={connect_s:g}"),
         *("--cluster", "ray", "--output-dir", str(tmp_path)),
         address=c.address,
         wait=False,
     )
+
+
+def _stop_one_worker(p: Any, tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """SIGSTOP one load worker once the run has written 10 rows: the worker and the rows file."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        runs = list(tmp_path.iterdir())
+        path = runs[0] / "requests.jsonl" if runs else None
+        if path is not None and path.exists() and path.read_text().count('"worker"') >= 10:
+            victim = alive_actors("LoadWorker")[0]
+            os.kill(victim["Pid"], signal.SIGSTOP)
+            return victim, path
+        time.sleep(0.2)
+    raise AssertionError("the phase ended before a worker could be stopped")
+
+
+def test_a_stopped_ray_worker_is_lost_within_its_silence_bound(cluster, tmp_path) -> None:
+    """SIGSTOP one of two Ray load workers mid-phase: its polls go unanswered, and past the silence
+    bound (the run's connect timeout, SILENCE_MIN_S at least) it is lost the way a dead one is."""
+    p = _run_on_two_workers(cluster, tmp_path, 400, connect_s=2)  # below the floor
     victim = None
     try:
-        deadline = time.monotonic() + 120
-        while victim is None and time.monotonic() < deadline and p.poll() is None:
-            runs = list(tmp_path.iterdir())
-            path = runs[0] / "requests.jsonl" if runs else None
-            if path is not None and path.exists() and path.read_text().count('"worker"') >= 10:
-                victim = alive_actors("LoadWorker")[0]
-                os.kill(victim["Pid"], signal.SIGSTOP)
-                stopped = time.monotonic()
-            time.sleep(0.2)
-        assert victim is not None, "the phase ended before a worker could be stopped"
+        victim, _path = _stop_one_worker(p, tmp_path)
+        stopped = time.monotonic()
         # the stated bound is SILENCE_MIN_S of silence; the timeout only stops a hang failing slowly
         _out, err = p.communicate(timeout=SILENCE_MIN_S + 120)
         print(f"SIGSTOP to exit: {time.monotonic() - stopped:.1f} s (bound {SILENCE_MIN_S:g} s of silence)")
@@ -405,28 +418,10 @@ def test_a_ray_worker_stopped_below_its_bound_holds_back_no_rows(cluster, tmp_pa
     below its silence bound (30 s: the connect timeout), then SIGCONT: each worker is polled on its
     own, so the live one's rows keep coming meanwhile, and the stopped one's late answer, which
     holds rows it had already handed over, is kept: every request one ok row, nobody lost, exit 0."""
-    c, _ = cluster
-    p = kvbench_cli(
-        *RUN,
-        *WORKERS,
-        *("--set", "prompts.lengths=[2000]", "--requests", "300", "--concurrency", "4"),
-        *("--max-tokens", "32", "--set", "target.timeouts.connect_s=30"),
-        *("--cluster", "ray", "--output-dir", str(tmp_path)),
-        address=c.address,
-        wait=False,
-    )
+    p = _run_on_two_workers(cluster, tmp_path, 300, connect_s=30)
     victim = None
     try:
-        deadline = time.monotonic() + 120
-        path = None
-        while victim is None and time.monotonic() < deadline and p.poll() is None:
-            runs = list(tmp_path.iterdir())
-            path = runs[0] / "requests.jsonl" if runs else None
-            if path is not None and path.exists() and path.read_text().count('"worker"') >= 10:
-                victim = alive_actors("LoadWorker")[0]
-                os.kill(victim["Pid"], signal.SIGSTOP)
-            time.sleep(0.2)
-        assert victim is not None and path is not None, "the phase ended before a worker could be stopped"
+        victim, path = _stop_one_worker(p, tmp_path)
         seen = []  # rows written while it is stopped (polled together, one batch per 5 s poll wait)
         stop_until = time.monotonic() + 7.0
         while time.monotonic() < stop_until:
