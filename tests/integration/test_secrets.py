@@ -40,6 +40,21 @@ def forms() -> list[str]:
     return raw + [t.rstrip("=") for t in tokens]
 
 
+async def serve_until_stopped(app: Any, server: Any) -> None:
+    """Serve `app` on a free local port: `server.url` set, `server.ready` signalled, until `server.stop`."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    server.url = f"127.0.0.1:{port}"
+    server.ready.set()
+    await server.stop.wait()
+    await runner.cleanup()
+
+
 class Front:
     """A reverse proxy in front of the mock that echoes the Authorization it got into /metrics,
     and an exporter (/exporter/metrics) that does the same."""
@@ -85,15 +100,7 @@ class Front:
             app = web.Application()
             app.router.add_get("/exporter/metrics", exporter)
             app.router.add_route("*", "/{tail:.*}", proxy)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self.url = f"127.0.0.1:{port}"
-            self.ready.set()
-            await self.stop.wait()
-            await runner.cleanup()
+            await serve_until_stopped(app, self)
 
     def run(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -221,15 +228,7 @@ class Echo:
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", answer)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"127.0.0.1:{port}"
-        self.ready.set()
-        await self.stop.wait()
-        await runner.cleanup()
+        await serve_until_stopped(app, self)
 
 
 @pytest.fixture(scope="module")
