@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -66,6 +68,11 @@ FIT_CONNECTIONS = (2, 8)
 # (paid by the system and again by its twin) was 20-60% of it; at 0.2 the model, not the machine,
 # sets the figures
 PACE = 0.2
+# each predicted point is run this many times on the system and on the twin, and the medians are
+# compared: llama.cpp's TTFT p50 at 4 connections ranged 166-462 ms over six runs of the same load
+# (which of four concurrent first requests its slots take first is a race), so one run against one
+# run measured the race, not the twin
+REPEATS = 3
 
 
 def run(scenario: str, out: Path, overrides: dict[str, Any]) -> Path:
@@ -118,13 +125,44 @@ def figures(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def compare(system: str, measured: dict[str, float], predicted: dict[str, float]) -> list[dict[str, Any]]:
+def median_figures(run_dirs: list[Path]) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """Each figure's median over repeated runs, and its (min, max): the system's own spread."""
+    many = [figures(d) for d in run_dirs]
+    out, spread = {}, {}
+    for metric in many[0]:
+        vals = sorted(f[metric] for f in many if metric in f)
+        out[metric] = float(statistics.median(vals))
+        spread[metric] = (vals[0], vals[-1])
+    return out, spread
+
+
+def compare(
+    system: str,
+    measured: dict[str, float],
+    predicted: dict[str, float],
+    spread: dict[str, tuple[float, float]] | None = None,
+) -> list[dict[str, Any]]:
     rows = []
     for metric, m in measured.items():
         p = predicted.get(metric)
         err = (p - m) / m * 100 if p is not None and m else None
-        rows.append({"system": system, "metric": metric, "measured": m, "predicted": p, "error_pct": err})
+        row = {"system": system, "metric": metric, "measured": m, "predicted": p, "error_pct": err}
+        if spread and metric in spread and m:
+            lo, hi = spread[metric]
+            row["spread_pct"] = ((lo - m) / m * 100, (hi - m) / m * 100)
+        rows.append(row)
     return rows
+
+
+def repeated(scenario: str, out: Path, overrides: dict[str, Any]) -> list[Path]:
+    return [run(scenario, out, overrides) for _ in range(REPEATS)]
+
+
+def compare_runs(system: str, on_system: list[Path], on_twin: list[Path]) -> list[dict[str, Any]]:
+    """The twin's median against the system's, with the system's spread over its runs."""
+    measured, spread = median_figures(on_system)
+    predicted, _ = median_figures(on_twin)
+    return compare(system, measured, predicted, spread)
 
 
 def mock_system(name: str, profile: str, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -141,12 +179,12 @@ def mock_system(name: str, profile: str, work: Path) -> tuple[list[dict[str, Any
         # 4 requests a connection: with 2 (the first pass of 8 prompts in flight at once, all misses)
         # the p50 sat among the fill's misses at 16 connections, one in-flight race from another rank
         load = {**MOCK_THROUGHPUT, "load.concurrency": k, "load.requests": max(32, 4 * k)}
-        thr = run("throughput", work / "sys", {**load, **system})
-        twin_thr = run("throughput", work / "twin", {**load, **on_twin})
-        rows += compare(f"{name} @{k}", figures(thr), figures(twin_thr))
-    replay = run("replay", work / "sys", {**MOCK_REPLAY, **system})
-    twin_replay = run("replay", work / "twin", {**MOCK_REPLAY, **on_twin})
-    rows += compare(f"{name} replay @{REPLAY_CONNECTIONS}", figures(replay), figures(twin_replay))
+        thr = repeated("throughput", work / "sys", {**load, **system})
+        twin_thr = repeated("throughput", work / "twin", {**load, **on_twin})
+        rows += compare_runs(f"{name} @{k}", thr, twin_thr)
+    replay = repeated("replay", work / "sys", {**MOCK_REPLAY, **system})
+    twin_replay = repeated("replay", work / "twin", {**MOCK_REPLAY, **on_twin})
+    rows += compare_runs(f"{name} replay @{REPLAY_CONNECTIONS}", replay, twin_replay)
     twin_ttft = run("ttft", work / "twin", {**MOCK_TTFT, **on_twin})
     rows += compare(name, figures(ttft), figures(twin_ttft))
     return rows, fit_record
@@ -191,14 +229,14 @@ def engine_system(engine: str, work: Path) -> tuple[list[dict[str, Any]], dict[s
         on_twin["target.engine"] = "auto"
         for k in ENGINE_CONNECTIONS:
             load = {"load.concurrency": k, "load.requests": max(32, 4 * k)}  # as the mocks' (above)
-            thr = run(thr_scn, work / "sys", {**load, "target.base_url": eng.base_url})
-            twin_thr = run(thr_scn, work / "twin", {**load, **on_twin})
-            rows += compare(f"{engine} @{k}", figures(thr), figures(twin_thr))
+            thr = repeated(thr_scn, work / "sys", {**load, "target.base_url": eng.base_url})
+            twin_thr = repeated(thr_scn, work / "twin", {**load, **on_twin})
+            rows += compare_runs(f"{engine} @{k}", thr, twin_thr)
         # the CI trace's first 60 rows on the throughput server (its slots), and on the twin
         replay_set = {"test.concurrency": REPLAY_CONNECTIONS}
-        replay = run(f"replay-{engine}", work / "sys", {**replay_set, "target.base_url": eng.base_url})
-    twin_replay = run(f"replay-{engine}", work / "twin", {**replay_set, **on_twin})
-    rows += compare(f"{engine} replay @{REPLAY_CONNECTIONS}", figures(replay), figures(twin_replay))
+        replay = repeated(f"replay-{engine}", work / "sys", {**replay_set, "target.base_url": eng.base_url})
+    twin_replay = repeated(f"replay-{engine}", work / "twin", {**replay_set, **on_twin})
+    rows += compare_runs(f"{engine} replay @{REPLAY_CONNECTIONS}", replay, twin_replay)
     twin_ttft = run(ttft_scn, work / "twin", {**lengths, **on_twin})
     rows += compare(engine, figures(ttft), figures(twin_ttft))
     return rows, fit_record
@@ -246,8 +284,11 @@ def render(rows: list[dict[str, Any]], fits: dict[str, Any], measured_at: str, c
         "@N`: N connections) and the trace replay (`system replay @N`) are predictions of runs the fit "
         f"never saw. One run each, on a shared machine. Made by: `{command}`.",
         "",
-        "| system | metric | measured | predicted | error | target |",
-        "|---|---|---|---|---|---|",
+        f"Each predicted row (`@N`) is the median of {REPEATS} runs on the system and {REPEATS} on the twin; "
+        "`system's spread` is how far the system's own runs lay from their median.",
+        "",
+        "| system | metric | measured | predicted | error | system's spread | target |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
@@ -257,7 +298,9 @@ def render(rows: list[dict[str, Any]], fits: dict[str, Any], measured_at: str, c
             if t is None or r["error_pct"] is None
             else ("met" if abs(r["error_pct"]) <= t else f"missed (±{t:g}%)")
         )
-        cells = [r["system"], r["metric"], f(r["measured"]), f(r["predicted"]), err, verdict]
+        sp = r.get("spread_pct")
+        spread = "" if not sp else f"{sp[0]:+.0f}% .. {sp[1]:+.0f}%"
+        cells = [r["system"], r["metric"], f(r["measured"]), f(r["predicted"]), err, spread, verdict]
         lines.append("| " + " | ".join(cells) + " |")
     held = [r for r in rows if target_of(r) is not None and r["error_pct"] is not None]
     missed = sorted({r["system"].split(" ")[0] for r in held if abs(r["error_pct"]) > (target_of(r) or 0)})
@@ -288,6 +331,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated mock systems (default: all; 'none': none)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--rerender", action="store_true", help="write the .md again from the .json; no runs")
+    ap.add_argument("--work", type=Path, default=None, help="keep every run and twin here (default: temp)")
     args = ap.parse_args()
     if args.rerender:
         rerender(args.out)
@@ -296,7 +340,8 @@ def main() -> None:
     fits: dict[str, Any] = {}
     only = [s for s in args.only.split(",") if s]
     wanted = [s for s in only if s in MOCK_SYSTEMS] if only else list(MOCK_SYSTEMS)
-    with tempfile.TemporaryDirectory(prefix="twin-accuracy-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.work or stack.enter_context(tempfile.TemporaryDirectory(prefix="twin-accuracy-"))
         for name in wanted:
             print(f"twin accuracy: {name} ...", flush=True)
             got, fits[name] = mock_system(name, MOCK_SYSTEMS[name], Path(tmp) / name)

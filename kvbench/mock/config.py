@@ -70,6 +70,25 @@ class StepConfig(StrictModel):
     )
 
 
+class SlotCacheConfig(StrictModel):
+    """llama.cpp's cache shape (kvbench.mock.costs.slots): one prompt per slot, moved through a RAM cache."""
+
+    similarity: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="A slot is reused for a request when their common prefix is more than this share of "
+        "the request (llama-server --slot-prompt-similarity); else the least recently used slot.",
+    )
+    ram_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="RAM prompt cache size in tokens (llama-server --cache-ram, in tokens); 0: none; "
+        "null: holds every prompt. A restore reads the whole entry at tiers.G2's latency and bandwidth; "
+        "a slot's own hit pays tiers.G1's.",
+    )
+
+
 class GpuConfig(StrictModel):
     prefill_linear_s_per_token: float | None = Field(
         default=None, ge=0, description="a in prefill = a*(n-c) + b*(n^2-c^2)/2; null: fitted."
@@ -92,6 +111,11 @@ class GpuConfig(StrictModel):
     step: StepConfig | None = Field(
         default=None,
         description="Run the GPU in steps with a token budget (mock.costs.step); null: processor sharing.",
+    )
+    slot_cache: SlotCacheConfig | None = Field(
+        default=None,
+        description="Cache as llama.cpp's slots do (gpu.max_num_seqs slots, each holding one prompt, and a "
+        "RAM prompt cache) instead of the shared tiers G1 and G2; null: the shared tiers.",
     )
 
 

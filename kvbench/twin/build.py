@@ -27,7 +27,7 @@ from kvbench.mock.profiles import load_profile, validate_profile
 from kvbench.model.kv_geometry import PRESETS
 from kvbench.model.prefill import prefill_time
 from kvbench.results import REQUESTS, read_jsonl
-from kvbench.twin import aggregate, closedloop, measure, seqlimit, tiers
+from kvbench.twin import aggregate, closedloop, measure, seqlimit, slotshape, tiers
 from kvbench.twin import fit as F
 from kvbench.twin.scheduler import Scheduler, choose
 from kvbench.twin.sources import RunData
@@ -157,7 +157,8 @@ def build_twin(
             )
     else:
         notes.append("no warm rows: the serving tier is not fitted (latency 0, bandwidth unbounded)")
-    cliff = _cliff(runs, _params(_draft(base, geometry, served, pf.a, pf.c, g4)), pf, g4)
+    slotted = slotshape.applies(source.engine if source else None)
+    cliff = None if slotted else _cliff(runs, _params(_draft(base, geometry, served, pf.a, pf.c, g4)), pf, g4)
     if cliff is not None:  # the sweep's hits were the near tier's: G4 stands for the far one
         g4 = (cliff.far.latency_s, cliff.far.bandwidth_bytes_per_s or UNBOUNDED_BW)
     draft = _draft(base, geometry, served, pf.a, pf.c, g4)
@@ -167,11 +168,15 @@ def build_twin(
     decode = _decode(runs, _params(draft), draft, notes)
     limit = _seq_limit(runs, draft, scheduler, max_seqs, notes)
     draft["gpu"]["max_num_seqs"] = limit.value
+    if slotted:
+        slotshape.shape(draft, g4, limit.value, notes)
     if limit.origin in ("gauges", "model"):  # measured: it replaces the prior (given or default stay)
         fitted = {"max_num_seqs": f"{limit.origin}: {limit.detail}"}
         scheduler = replace(scheduler, max_num_seqs=limit.value, origin=scheduler.origin | fitted)
-    agg = _aggregate(runs, draft, limit.value) if cliff is None and onboard is not None else None
-    _read_sharing(draft, agg, g4[1], notes)
+    shared = cliff is None and onboard is not None and not slotted  # one shared serving tier, G4
+    agg = _aggregate(runs, draft, limit.value) if shared else None
+    if not slotted:
+        _read_sharing(draft, agg, g4[1], notes)
     if scheduler.token_budget is None:
         notes.append("the source shares its GPU by processor sharing (kvbench's mock): no step scheduler")
     else:

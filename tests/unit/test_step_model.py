@@ -94,6 +94,15 @@ def test_arrival_order_decides_who_gets_the_budget() -> None:
     assert [st.finished for st in steps] == [(), (1,), (2,)]
 
 
+def test_with_slots_the_lowest_slot_gets_the_budget_whatever_came_first() -> None:
+    """llama-server walks its slots in index order when it fills a batch with prompt tokens."""
+    s = StepScheduler(Costs(), StepParams(token_budget=100))
+    s.add_prefill(1, 150, 0, slot=3)
+    s.add_prefill(2, 150, 0, slot=0)
+    steps = _drain(s)
+    assert [st.chunks for st in steps] == [{2: 100}, {2: 50, 1: 50}, {1: 100}]
+
+
 def test_a_removed_request_leaves_the_queue() -> None:
     s = StepScheduler(Costs(), StepParams(token_budget=10))
     s.add_prefill(1, 100, 0)

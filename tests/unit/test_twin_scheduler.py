@@ -52,6 +52,16 @@ def test_a_llamacpp_twin_schedules_in_steps_with_its_fixed_cost(tmp_path: Path) 
     assert params.request_fixed_s == pytest.approx(FIXED, rel=1e-6)
 
 
+def test_a_llamacpp_twin_caches_per_slot_and_a_vllm_twin_shares_its_cache(tmp_path: Path) -> None:
+    llama = build_twin(read_runs([_run(tmp_path, "llamacpp", "server")]), "ibm-g4", None, None).profile
+    assert llama["gpu"]["slot_cache"] == {"similarity": 0.1, "ram_tokens": None}
+    tiers = llama["tiers"]
+    assert [tiers[t]["enabled"] for t in ("G1", "G2", "G3", "G4")] == [True, True, False, False]
+    assert any("llama.cpp's cache shape" in n for n in llama["fit"]["notes"])
+    vllm = build_twin(read_runs([_run(tmp_path, "vllm", "server")]), "ibm-g4", None, None).profile
+    assert vllm["gpu"].get("slot_cache") is None and vllm["tiers"]["G4"]["enabled"]
+
+
 def test_given_values_win_and_are_recorded_as_given(tmp_path: Path) -> None:
     runs = read_runs([_run(tmp_path, "vllm", "server")])
     twin = build_twin(runs, "ibm-g4", None, None, step_budget=512, max_seqs=32)

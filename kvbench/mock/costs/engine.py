@@ -2,7 +2,10 @@
 
 TieredEngine: admission (max_num_seqs) -> prefix lookup -> onboarding on shared links
 (G4 behind the fabric, G3, and the host->GPU copy) -> prefill on the shared GPU -> first
-token -> batched decode steps on the same GPU. Every shared resource is an AsyncResource:
+token -> batched decode steps on the same GPU. With `gpu.slot_cache` the lookup is llama.cpp's
+instead (kvbench.mock.costs.slots: a slot's own prompt, else one moved in from the RAM cache): a
+slot hit pays G1's latency and bandwidth (the engine resuming the prompt), a restore G2's on the
+whole entry, one after the other. Every shared resource is an AsyncResource:
 timing.SharedResource (processor sharing) on the event loop's monotonic clock, with one
 timer re-armed whenever a job joins or leaves or the capacity changes. Capacities are
 divided by the profile's time_scale, so every modelled duration is multiplied by it.
@@ -24,6 +27,7 @@ from kvbench.mock.costs.cache import LookupResult, TieredKVCache
 from kvbench.mock.costs.noise_link import NoiseLink
 from kvbench.mock.costs.onboarding import STAGE_LINK, split_onboarding
 from kvbench.mock.costs.pacing import AsyncResource, DecodeBatcher, Pacer
+from kvbench.mock.costs.slots import SlotCache, SlotHit
 from kvbench.mock.costs.step import StepLoop, StepScheduler
 from kvbench.mock.costs.timing import ModelParams
 from kvbench.mock.metrics import MockMetrics
@@ -113,9 +117,17 @@ class TieredEngine:
             "sliding_at_full": profile.sliding_at_full,
             "block_keys": KEY_SCHEME,  # an index of another scheme's keys would never hit
         }
+        slot_cfg = profile.gpu.slot_cache
+        self.slots: SlotCache | None = None
+        if slot_cfg is not None:
+            ram = None if slot_cfg.ram_tokens is None else slot_cfg.ram_tokens // params.block_tokens
+            self.slots = SlotCache(params.max_num_seqs, ram, slot_cfg.similarity)
+            g1 = params.tier("G1")
+            self.links["G1"] = AsyncResource(g1.aggregate_bandwidth / ts, g1.read_bandwidth / ts)
         self.cache = TieredKVCache(
             {n: params.capacity_blocks(n) for n in TIER_NAMES},
-            {n: params.tier(n).enabled for n in TIER_NAMES},
+            # the slots stand for G1 and G2; G3 and G4 are the shared tiers still (a twin has none)
+            {n: params.tier(n).enabled and (self.slots is None or n in ("G3", "G4")) for n in TIER_NAMES},
             params.block_tokens,
             persist_dir=persist_dir,
             persist_meta=meta,
@@ -163,6 +175,8 @@ class TieredEngine:
 
     def reset(self, include_persistent: bool, tiers: Sequence[str] | None = None) -> bool:
         self.cache.reset(include_persistent or self.profile.reset_clears_persistent, tiers)
+        if self.slots is not None and (tiers is None or "G1" in tiers or "G2" in tiers):
+            self.slots.reset()
         self.update_tier_gauges()
         return True
 
@@ -206,6 +220,30 @@ class TieredEngine:
             )
         return ends
 
+    def _slot_lookup(self, slot: SlotHit) -> LookupResult:
+        """The slot's hit as a lookup result: every block from one tier (G1: the slot's own, G2: restored)."""
+        hit = LookupResult(self.params.block_tokens)
+        if slot.blocks:
+            hit.num_blocks = slot.blocks
+            hit.blocks_by_tier[slot.tier] = slot.blocks
+            hit.runs.append((slot.tier, 0, slot.blocks))
+        return hit
+
+    async def _resume(self, slot: SlotHit, pacer: Pacer) -> dict[str, float]:
+        """A slot hit's cost: the restore from RAM (the whole entry, G2) if any, then resuming (G1).
+        Its end is reported as the host-side stage's ("G2"): the ground truth's split has no G1 link."""
+        b = self.params.block_tokens
+        ends: dict[str, float] = {}
+        for name, blocks in (("G2", slot.restored_blocks), ("G1", slot.blocks)):
+            if blocks:
+                _, end, lag = await self._transfer(name, self.params.range_bytes(0, blocks * b), pacer)
+                ends["G2"] = end - lag
+        return ends
+
+    def slots_hold(self, slot: SlotHit, keys: Sequence[int], full_blocks: int) -> None:
+        if self.slots is not None:
+            self.slots.hold(slot.slot, keys[:full_blocks])
+
     async def generate(self, prompt: PromptInfo, max_tokens: int, trace: Trace) -> AsyncGenerator[int, None]:
         """Yields once per output token, when it is ready (the first yield is the first token)."""
         if self._admission is None:
@@ -221,12 +259,18 @@ class TieredEngine:
             self.metrics.waiting.labels(mn).set(self._waiting)
         self._running += 1
         self.metrics.running.labels(mn).set(self._running)
+        slot: SlotHit | None = None
         try:
             trace.queue_ms = _ms_since(t0)
             n = prompt.num_tokens
             b = self.params.block_tokens
             cpu0 = time.thread_time_ns()
-            hit = self.cache.lookup(prompt.block_keys, self.params.cacheable_tokens(n) // b)
+            max_blocks = self.params.cacheable_tokens(n) // b
+            if self.slots is not None:
+                slot = self.slots.acquire(prompt.block_keys, max_blocks)
+                hit = self._slot_lookup(slot)
+            else:
+                hit = self.cache.lookup(prompt.block_keys, max_blocks)
             c = hit.cached_tokens
             moved = self._bytes_by_tier(hit)
             trace.cached_tokens = c
@@ -242,19 +286,25 @@ class TieredEngine:
             pacer = Pacer(lag=max(0.0, (t0 - trace.received_ns) / 1e9))
             await pacer.sleep(self.params.request_fixed_s * self.params.time_scale)
             t1 = time.perf_counter_ns()
-            ends = await self._onboard(moved, pacer)
+            if slot is not None:
+                ends = await self._resume(slot, pacer)
+            else:
+                ends = await self._onboard(moved, pacer)
             trace.onboard_ms = _ms_since(t1) if ends else 0.0  # nothing moved: no onboarding
             trace.onboard_ms_by_tier, trace.onboard_ms_by_link = split_onboarding(
                 trace.onboard_ms, ends, moved
             )
             t2 = time.perf_counter_ns()
             if self.steps is not None:  # shared steps: this request's lag stays its own lateness
-                await self.steps.prefill(n, c)
+                await self.steps.prefill(n, c, None if slot is None else slot.slot)
             else:
                 await pacer.use(self.gpu, self.params.prefill_s(n, c))
             trace.prefill_ms = _ms_since(t2)
             cpu0 = time.thread_time_ns()
-            self.cache.commit(prompt.block_keys, hit, n // b)
+            if slot is not None:
+                self.slots_hold(slot, prompt.block_keys, n // b)
+            else:
+                self.cache.commit(prompt.block_keys, hit, n // b)
             self.update_tier_gauges()
             trace.mock_cpu_ms += (time.thread_time_ns() - cpu0) / 1e6
             trace.mock_late_ms = pacer.lag * 1e3
@@ -266,6 +316,8 @@ class TieredEngine:
                     await self.decoder.step(n + i)
                 yield i
         finally:
+            if slot is not None and self.slots is not None:
+                self.slots.release(slot.slot)
             self._running -= 1
             self.metrics.running.labels(mn).set(self._running)
             self._admission.release()

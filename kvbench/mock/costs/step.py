@@ -41,6 +41,7 @@ class _Prefill:
     job: int
     next_token: int  # the first token of the prompt not computed yet
     end: int  # the prompt's length: prefill is done when next_token reaches it
+    order: int  # prefills fill a step in this order: arrival (the job), or llama.cpp's slot index
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,18 @@ class StepScheduler:
         self.step = step
         self._prefills: dict[int, _Prefill] = {}  # insertion order is arrival order
         self._decodes: dict[int, int] = {}  # job -> context length of the token it waits for
+        self._by_slot = False
 
     def __bool__(self) -> bool:
         return bool(self._prefills or self._decodes)
 
-    def add_prefill(self, job: int, n: int, cached: int) -> None:
-        """Tokens cached..n-1 of an n-token prompt are to be computed (at least the last one)."""
+    def add_prefill(self, job: int, n: int, cached: int, slot: int | None = None) -> None:
+        """Tokens cached..n-1 of an n-token prompt are to be computed (at least the last one).
+        With `slot`, prefills fill a step in slot order, as llama-server walks its slots, not in
+        arrival order."""
         start = min(max(0, cached), n - 1) if n > 0 else 0
-        self._prefills[job] = _Prefill(job, start, max(n, start + 1))
+        self._by_slot = self._by_slot or slot is not None
+        self._prefills[job] = _Prefill(job, start, max(n, start + 1), job if slot is None else slot)
 
     def add_decode(self, job: int, context: int) -> None:
         self._decodes[job] = context
@@ -100,7 +105,10 @@ class StepScheduler:
         duration = self.params.decode_step_s(contexts) if contexts else 0.0
         finished: list[int] = []
         chunks: dict[int, int] = {}
-        for p in list(self._prefills.values()):
+        waiting = list(self._prefills.values())
+        if self._by_slot:
+            waiting.sort(key=lambda p: p.order)
+        for p in waiting:
             if budget <= 0:
                 break
             take = min(budget, p.end - p.next_token)
@@ -137,10 +145,10 @@ class StepLoop:
         self._task: asyncio.Task[None] | None = None
         self.steps = 0  # steps run, for tests and the ground truth
 
-    async def prefill(self, n: int, cached: int) -> None:
+    async def prefill(self, n: int, cached: int, slot: int | None = None) -> None:
         """Return when the step that computes this prompt's last token ends (its first token)."""
         job = next(self._ids)
-        self.scheduler.add_prefill(job, n, cached)
+        self.scheduler.add_prefill(job, n, cached, slot)
         await self._wait(job)
 
     async def decode(self, context: int) -> None:
