@@ -54,7 +54,10 @@ class Gauges:
 
     name: str  # the running gauge read
     max_running: int
-    saw_waiting: bool  # some sample had requests waiting: max_running is the limit
+    # some sample had requests waiting while max_running ran: max_running is the limit. Waiting beside
+    # fewer running is not (vLLM's gauges lag its steps: 1 running and 3 waiting was sampled at 8
+    # connections on a server of 4 sequences that had run 2)
+    saw_waiting: bool
     samples: int
 
 
@@ -106,10 +109,11 @@ def read_gauges(run_dirs: list[Path]) -> Gauges | None:
                     # one scrape's samples share its t_ns: sum a gauge over its labels (model names)
                     ticks[(str(d), int(row.get("t_ns") or 0))][name == waiting] += float(value)
         if ticks:
+            most = max(r for r, _ in ticks.values())
             return Gauges(
                 name=running,
-                max_running=int(max(r for r, _ in ticks.values())),
-                saw_waiting=any(w > 0 for _, w in ticks.values()),
+                max_running=int(most),
+                saw_waiting=any(w > 0 and r >= most for r, w in ticks.values()),
                 samples=len(ticks),
             )
     return None

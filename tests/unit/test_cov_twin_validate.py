@@ -321,7 +321,21 @@ def test_read_gauges_sums_labels_per_scrape_and_sees_waiting(tmp_path: Path) -> 
         ],
     )
     b = _run(tmp_path, "b", [], [])  # no metrics.jsonl: skipped
-    assert read_gauges([a, b]) == Gauges("vllm:num_requests_running", 5, True, 2)
+    # 1 waiting beside 4 running, where 5 ran at another scrape: a lagging gauge, not a limit of 4 or 5
+    assert read_gauges([a, b]) == Gauges("vllm:num_requests_running", 5, False, 2)
+    c = _run(
+        tmp_path,
+        "c",
+        [],
+        [],
+        metrics=[
+            _sample("vllm:num_requests_running", 5, 1),
+            _sample("vllm:num_requests_waiting", 2, 1),
+            _sample("vllm:num_requests_running", 3, 2),
+            _sample("vllm:num_requests_waiting", 0, 2),
+        ],
+    )
+    assert read_gauges([c]) == Gauges("vllm:num_requests_running", 5, True, 2)  # waited while 5 ran
 
 
 def test_read_gauges_falls_through_the_engine_families(tmp_path: Path) -> None:
