@@ -1,4 +1,4 @@
-"""The mock with `gpu.slot_cache` (llama.cpp's cache shape) on its request path (kvbench.mock.costs.engine)."""
+"""The mock with `gpu.slot_cache` (llama.cpp's cache shape) on its request path (mock.costs.engine)."""
 
 from __future__ import annotations
 
