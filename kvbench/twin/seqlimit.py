@@ -11,8 +11,9 @@ From the first of:
   model    the candidate limit whose step-model replay of each throughput run (kvbench.twin.closedloop)
            best matches its measured req/s and TTFT p50; a limit must beat "no limit" clearly
            (MARGIN) to be chosen, so noise on an unbounded server does not invent one
-  default  the runs cannot tell (no throughput runs, or no limit binding at the connections run):
-           the scheduler's prior (given, source mock profile, engine default) stays
+  default  the runs cannot tell (no throughput runs, no limit binding at the connections run, or
+           no candidate, none included, clearly better than the prior): the scheduler's prior
+           (given, source mock profile, engine default) stays
 A limit at or above the most connections run is invisible in the runs: "not binding" says so.
 The choice is pure (a predictor is passed in), so it can be tested on data the step model made.
 """
@@ -139,6 +140,11 @@ def choose(
         detail = f"the step model's best match to {len(loads)} run(s) at connections {_conns(loads)}"
         return at(int(best), "model", True, detail, scores)
     unbound = f"no limit binding up to {most} connection(s) (the step model's best match is none)"
+    if str(prior) in scores and min(scores.values()) >= (1 - MARGIN) * scores[str(prior)]:
+        # nothing beats the prior clearly either (on a CPU-bound server a limit of 4 and none at
+        # 8 connections time alike): the prior stays, as with no runs, rather than an invented 256
+        detail = f"no limit fits the runs clearly better than {prior} (within {MARGIN:.0%}): kept {prior}"
+        return at(prior, "default", True, f"{detail} ({prior_from})", scores)
     if prior >= most:
         return at(prior, "default", False, f"{unbound}; kept {prior} ({prior_from})", scores)
     return at(max(UNBOUNDED, most), "model", False, unbound, scores)

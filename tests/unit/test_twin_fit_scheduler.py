@@ -79,6 +79,24 @@ def test_no_limit_binding_keeps_the_prior_or_unbounds_it() -> None:
     assert (lifted.value, lifted.origin, lifted.binding) == (seqlimit.UNBOUNDED, "model", False)
 
 
+def test_a_prior_the_runs_cannot_tell_from_no_limit_stays() -> None:
+    # vLLM CPU at 2 and 8 connections on 2 cores: its limit of 4 and none time within a few percent
+    # (compute is the queue either way), and an invented 256 then let 28 duplicates miss at once
+    loads = _loads(_params(steps=True), 4)
+
+    def near(load: Load, limit: int | None) -> tuple[float, float]:
+        off = {None: 1.075, 4: 1.08}.get(limit, 1.5)
+        return load.requests_per_s * off, load.ttft_p50_s / off
+
+    got = seqlimit.choose(loads, near, prior=4, prior_from="engine default (vllm)")
+    assert (got.value, got.origin, got.binding) == (4, "default", True)
+    assert "clearly better than 4" in got.detail and "engine default (vllm)" in got.detail
+    # the same runs, where no limit fits clearly better: the prior gives way (as above)
+    far = seqlimit.choose(loads, lambda ld, lim: near(ld, lim) if lim else (ld.requests_per_s, ld.ttft_p50_s),
+                          prior=4, prior_from="engine default (vllm)")  # fmt: skip
+    assert (far.value, far.binding) == (seqlimit.UNBOUNDED, False)
+
+
 def test_without_throughput_runs_the_prior_stays() -> None:
     got = seqlimit.choose([], _predictor(_params(False)), prior=4, prior_from="engine default (llamacpp)")
     assert (got.value, got.origin, got.residual, got.points) == (4, "default", None, ())
