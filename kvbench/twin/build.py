@@ -136,6 +136,7 @@ def build_twin(
         step_budget,
         max_seqs,
         source.kind if source else "server",
+        source.max_model_len if source else None,
     )
     notes = [
         f"fixed cost per request {pf.fixed_s * 1e3:.3g} ms: modelled (gpu.request_fixed_s; it holds "

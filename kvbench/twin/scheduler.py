@@ -22,7 +22,8 @@ from kvbench.errors import UsageError
 from kvbench.mock.profiles import load_profile
 
 # (token budget per step, sequences at once) of each engine as kvbench's own `engines serve` starts
-# it: llama.cpp n_batch 2048 and -np 4; vLLM --max-num-batched-tokens 8192 and --max-num-seqs 4.
+# it: llama.cpp n_batch 2048 and -np 4; vLLM --max-num-batched-tokens 8192 (or its --max-model-len
+# where larger: engines/serve.py) and --max-num-seqs 4.
 ENGINE_DEFAULTS: dict[str, tuple[int, int]] = {"llamacpp": (2048, 4), "vllm": (8192, 4), "lmcache": (8192, 4)}
 FIXED_ORIGIN = "fitted (the cold fit's intercept: the server's own work and kvbench's HTTP cost)"
 OTHER_DEFAULT = (8192, 256)  # vLLM's own defaults on a GPU, for an engine kvbench does not start
@@ -55,6 +56,7 @@ def choose(
     budget: int | None,
     max_seqs: int | None,
     kind: str = "server",
+    context: int | None = None,
 ) -> Scheduler:
     """The twin's scheduler for a source system (see the module docstring for the order)."""
     src = None
@@ -88,6 +90,8 @@ def choose(
         )
     known = engine in ENGINE_DEFAULTS
     d_budget, d_seqs = ENGINE_DEFAULTS.get(engine, OTHER_DEFAULT)
+    if engine in ("vllm", "lmcache") and context:  # serve passes max(ctx, 8192): a whole prompt a step
+        d_budget = max(d_budget, context)
     assumed = (
         f"engine default ({engine}, as kvbench engines serve starts it)"
         if known

@@ -45,6 +45,7 @@ class Source:
     mock_profile: str | None  # the mock profile a mock run served
     pace: float  # real seconds per modelled second (1.0 for a real server)
     machine: str  # the client host: hostname, CPUs, platform
+    max_model_len: int | None = None  # the server's context, where /v1/models said it
 
     def as_dict(self) -> dict[str, str | float | None]:
         return {
@@ -102,6 +103,7 @@ def read_run(run_dir: Path | str) -> RunData:
         mock_profile=m.target.mock_profile,
         pace=float(m.target.mock_time_scale or 1.0),
         machine=machine,
+        max_model_len=getattr(m.target, "max_model_len", None),
     )
     data = RunData(run_dir=path, model=m.target.model, source=source)
     rows = [r for r in read_jsonl(path / REQUESTS) if r.get("status") == "ok"]

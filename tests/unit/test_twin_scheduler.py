@@ -82,6 +82,15 @@ def test_an_unknown_engine_says_its_step_values_are_assumed() -> None:
     assert s.token_budget and "give --step-budget" in s.origin["token_budget"]
 
 
+def test_a_vllm_twin_steps_a_whole_context_as_kvbench_serves_it() -> None:
+    # engines serve passes --max-num-batched-tokens max(ctx, 8192): a 10240-token server steps 10240
+    assert choose("vllm", None, 0.0, None, None, context=10240).token_budget == 10240
+    assert choose("vllm", None, 0.0, None, None, context=4096).token_budget == ENGINE_DEFAULTS["vllm"][0]
+    assert choose("vllm", None, 0.0, 512, None, context=10240).token_budget == 512  # given wins
+    llama = choose("llamacpp", None, 0.0, None, None, context=10240)
+    assert llama.token_budget == ENGINE_DEFAULTS["llamacpp"][0]
+
+
 def _fit(**valid) -> FitRecord:
     return FitRecord(
         runs=["results/a"],
