@@ -213,7 +213,9 @@ def engine_system(engine: str, work: Path) -> tuple[list[dict[str, Any]], dict[s
 
     install(engine)
     ttft_scn, ttft_serve, thr_scn, thr_serve = ENGINES[engine]
-    lengths = {"prompts.lengths": [1024, 2048, 4096], "repetitions": 3}  # medians: a busy CPU
+    # medians of 3 (a busy CPU), at 5 lengths: with 3 the cold fit's a, c and fixed cost were exact
+    # through 3 medians, so the fixed cost was their noise (vLLM: 0 ms in one run, 21 ms the next)
+    lengths = {"prompts.lengths": [512, 1024, 2048, 3072, 4096], "repetitions": 3}
     with running_engine(engine, **ttft_serve) as eng:
         ttft = run(ttft_scn, work / "sys", {**lengths, "target.base_url": eng.base_url})
     rows: list[dict[str, Any]] = []
@@ -255,24 +257,27 @@ def target_of(row: dict[str, Any]) -> float | None:
 
 # what the twin's model lacks, where a system's figures miss the target (read off these runs)
 LACKS = {
-    "mock-ci": "at 16 and 28 connections the twin's hits queue where the mock's do not (TTFT p50 +32% / "
-    "+212%, req/s and p99 within 3%): the aggregate fit (twin/aggregate.py) scored 2x-16x the same and "
-    "1x within its 20% margin (the 2- and 8-connection runs overlap few reads), so it kept one read's "
-    "bandwidth for all concurrent reads; the mock's G4 serves 80 / 9.9 = 8.1 reads at full speed.",
-    "mock-laptop": "one slower tier stands in for the mock's G2 and G3, and the fitted free fast tier "
-    "(twin/tiers.py: ~2,100 blocks where the mock's G1 holds 1,024) is about twice too big, so more "
-    "hits come out free at 1, 4 and 16 connections (TTFT p50 -17% / -47% / -50%); req/s and p99 hold.",
-    "llamacpp": "@4 meets all three; @28 and the replay run fast (req/s +35% / +38%) in this run, where "
-    "the same twin shape on the session's first runs (cold 2048 at 365 ms, not 271) gave @28 +7.4% / "
-    "+4.1% / -7.6% and replay -2.1% / +5.4% / +2.0%: the TTFT sweep and the throughput runs met "
-    "different loads on the shared machine (`duplicates` ran during this one), and the fit's prefill "
-    "follows the sweep. The slot cache (gpu.slot_cache) is what moved it: before it, +273% req/s @28.",
-    "vllm-cpu": "measured before the gauge fix: the fit took a limit of 2 from lagging gauges (1 running, "
-    "3 waiting sampled on a server of 4). Refitted on these same runs with the fix: @4 -10% / -13% / "
-    "+24%, @28 -40% / -46% / +162%, replay -22% / +15% / +58% (req/s, TTFT p50, p99); with the real "
-    "limit given (--max-seqs 4) @28 -22% / +30% / +30%. Missing: the limit is not identifiable from 2 "
-    "and 8 connections (no limit scored 0.00668, 5-7 within 20%), and the twin charges vLLM's ~38 ms "
-    "warm cost as a read on one shared link where vLLM's overlaps.",
+    "mock-ci": "met in this run (the aggregate fit chose 64 full-speed reads); runs that kept 1x missed "
+    "TTFT p50 @16 / @28 (+32% / +212%).",
+    "mock-laptop": "@4, @28 and the replay meet; @16's TTFT p50 runs fast (-48%): one cliff is fitted "
+    "(twin/tiers.py: a free near tier of ~2,070 blocks, the mock's G2 capacity, where its G1 holds "
+    "1,024) for three levels (G1 free, G2 ~25 GB/s, G3 ~5 GB/s). A second cliff was tried and not kept: "
+    "it chose (2009, 2453) blocks, not (1024, 2048), and erred @4 +30% / @16 -42%; the LRU replay does "
+    "not reproduce the mock's write-through G2 (5 of 21 hits differ from its ground truth).",
+    "llamacpp": "@4's TTFT p50 is bimodal on the system (its runs -92% .. +14% of their median): which of "
+    "the first 4 concurrent requests takes which slot is a race the twin plays one way. @28 and the "
+    "replay run fast (req/s +54% / +40% here; +18% / +26% at 06:34 the same day, +7% / -2% on stop 46's "
+    "first runs): the sweep and the throughput runs meet different loads (cold 2048 at 248 ms here, "
+    "312 ms at 06:34), and the twin's warm rows run +15% to +93% over the sweep's own (the twin's own "
+    "~2 ms HTTP floor comes on top of a fitted resume cost that already holds llama-server's).",
+    "vllm-cpu": "this run misses every row (@28 -35% / +53% / +55%); the 06:34 run the same day, with "
+    "3 sweep lengths, met all nine (@28 -8.7% / +10% / +4.7%), and stop 46's data refitted with this "
+    "code gives @28 -22% / +25% / +29%. The fit is not stable: the cold fit's intercept (0 to 21 ms) "
+    "decides how much of the warm cost is a fixed cost and how much a read, and under load the twin "
+    "holds a sequence slot off its steps for that cost, where vLLM's 4 running requests stay in its "
+    "steps (the twin's step log at 28 connections: 199 of 478 steps decode one sequence). Tried, not "
+    "kept: a per-step cost on prefill-only steps (@28 -21%), the warm cost as step compute (-34%), the "
+    "warm cost outside the slot (-36%).",
 }
 
 
