@@ -37,6 +37,14 @@ class EngineStartError(KvbenchError):
     """The engine process exited or never became healthy."""
 
 
+VLLM_MIN_STEP_BUDGET = 8192  # vLLM --max-num-batched-tokens at least this (its GPU server default)
+
+
+def vllm_step_budget(ctx: int) -> int:
+    """vLLM's --max-num-batched-tokens as serve starts it: a whole prompt of ctx in one step."""
+    return max(ctx, VLLM_MIN_STEP_BUDGET)
+
+
 @dataclasses.dataclass(frozen=True)
 class ServeOptions:
     """How to start an engine. Fields that do not apply to an engine are ignored by it."""
@@ -129,7 +137,7 @@ def command(name: str, opts: ServeOptions, *, port: int, model: Path) -> tuple[l
         "--port", str(port),
         "--max-model-len", str(opts.ctx),
         "--max-num-seqs", str(opts.slots),
-        "--max-num-batched-tokens", str(max(opts.ctx, 8192)),
+        "--max-num-batched-tokens", str(vllm_step_budget(opts.ctx)),
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
         "--dtype", "bfloat16",

@@ -18,13 +18,19 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench.engines.serve import VLLM_MIN_STEP_BUDGET, vllm_step_budget
 from kvbench.errors import UsageError
 from kvbench.mock.profiles import load_profile
 
 # (token budget per step, sequences at once) of each engine as kvbench's own `engines serve` starts
-# it: llama.cpp n_batch 2048 and -np 4; vLLM --max-num-batched-tokens 8192 (or its --max-model-len
-# where larger: engines/serve.py) and --max-num-seqs 4.
-ENGINE_DEFAULTS: dict[str, tuple[int, int]] = {"llamacpp": (2048, 4), "vllm": (8192, 4), "lmcache": (8192, 4)}
+# it: llama.cpp n_batch 2048 and -np 4; vLLM --max-num-batched-tokens (engines.serve.vllm_step_budget:
+# 8192, or the context where larger) and --max-num-seqs 4.
+VLLM_DEFAULT = (VLLM_MIN_STEP_BUDGET, 4)
+ENGINE_DEFAULTS: dict[str, tuple[int, int]] = {
+    "llamacpp": (2048, 4),
+    "vllm": VLLM_DEFAULT,
+    "lmcache": VLLM_DEFAULT,
+}
 FIXED_ORIGIN = "fitted (the cold fit's intercept: the server's own work and kvbench's HTTP cost)"
 OTHER_DEFAULT = (8192, 256)  # vLLM's own defaults on a GPU, for an engine kvbench does not start
 
@@ -90,8 +96,8 @@ def choose(
         )
     known = engine in ENGINE_DEFAULTS
     d_budget, d_seqs = ENGINE_DEFAULTS.get(engine, OTHER_DEFAULT)
-    if engine in ("vllm", "lmcache") and context:  # serve passes max(ctx, 8192): a whole prompt a step
-        d_budget = max(d_budget, context)
+    if engine in ("vllm", "lmcache") and context:
+        d_budget = vllm_step_budget(context)
     assumed = (
         f"engine default ({engine}, as kvbench engines serve starts it)"
         if known

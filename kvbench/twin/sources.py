@@ -103,7 +103,7 @@ def read_run(run_dir: Path | str) -> RunData:
         mock_profile=m.target.mock_profile,
         pace=float(m.target.mock_time_scale or 1.0),
         machine=machine,
-        max_model_len=getattr(m.target, "max_model_len", None),
+        max_model_len=m.target.max_model_len,
     )
     data = RunData(run_dir=path, model=m.target.model, source=source)
     rows = [r for r in read_jsonl(path / REQUESTS) if r.get("status") == "ok"]
