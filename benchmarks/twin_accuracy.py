@@ -3,12 +3,13 @@
 For each system: a TTFT sweep (cold and warm, several lengths) and one short concurrency sweep
 (FIT_CONNECTIONS, none of the predicted connections) are run on it and the twin is fitted to those
 runs alone (`kvbench fit` on them: the sequence limit and the tiers come from the sweep, not given);
-then throughput runs (prompts reused over several connections, from an empty cache) and a replay of
-the shipped CI trace are run on the system and the same scenarios on the twin. Reported: req/s, TTFT
+then throughput runs (prompts reused over several connections, from an empty cache), a replay of
+the shipped CI trace and a sessions run (4 users x 4 turns, each turn resending the conversation) are
+run on the system and the same scenarios on the twin. Reported: req/s, TTFT
 p50/p99 and the cached share of prompt tokens of each, and cold/warm TTFT p50 per length of the
 sweep (the twin reproducing its own data), predicted vs measured, with the relative error. Targets
 (#37): <= 15% on req/s and TTFT p50, <= 25% on TTFT p99, for the predicted rows (`system @N`,
-`system replay @N`).
+`system replay @N`, `system sessions @N`).
 
 Systems:
   mock-ci      the embedded mock, profile ci (ibm-g4's model, G4 only) at pace 0.2
@@ -58,6 +59,22 @@ MOCK_SYSTEMS = {"mock-ci": "ci", "mock-laptop": "laptop"}
 # servers' and not the trace's clock; its ~1k-token prompts lie below the sweep's lengths
 REPLAY_CONNECTIONS = 4
 MOCK_REPLAY = {"test.schedule": "concurrent", "test.concurrency": REPLAY_CONNECTIONS, "test.trace.limit": 100}
+# a sessions run (#37 item 5): users whose every turn resends the conversation so far, a few at once,
+# with a short fixed think time so the server, not the clock, sets the pace; the mocks' turns lie
+# inside their sweep's lengths (2000-20000 tokens)
+SESSION_USERS = 4
+SESSIONS = {
+    "test.users": SESSION_USERS,
+    "test.turns": 4,
+    "test.active_users": SESSION_USERS,
+    "test.think_time": {"distribution": "fixed", "mean_s": 0.2, "long_probability": 0.0},
+}
+MOCK_SESSIONS = SESSIONS | {
+    "test.system_prompt_tokens": 2000,
+    "test.first_message_tokens": 4000,
+    "test.turn_tokens": 1000,
+    "output.max_tokens": 16,
+}
 CONNECTIONS = (1, 4, 16, 28)  # throughput predicted at each: queueing and batching show from 4 up
 ENGINE_CONNECTIONS = (4, 28)
 # the one short concurrency sweep the fit sees beside the TTFT sweep (#37 item 2): none of the
@@ -185,6 +202,9 @@ def mock_system(name: str, profile: str, work: Path) -> tuple[list[dict[str, Any
     replay = repeated("replay", work / "sys", {**MOCK_REPLAY, **system})
     twin_replay = repeated("replay", work / "twin", {**MOCK_REPLAY, **on_twin})
     rows += compare_runs(f"{name} replay @{REPLAY_CONNECTIONS}", replay, twin_replay)
+    sessions = repeated("sessions", work / "sys", {**MOCK_SESSIONS, **system})
+    twin_sessions = repeated("sessions", work / "twin", {**MOCK_SESSIONS, **on_twin})
+    rows += compare_runs(f"{name} sessions @{SESSION_USERS}", sessions, twin_sessions)
     twin_ttft = run("ttft", work / "twin", {**MOCK_TTFT, **on_twin})
     rows += compare(name, figures(ttft), figures(twin_ttft))
     return rows, fit_record
@@ -212,36 +232,54 @@ def engine_system(engine: str, work: Path) -> tuple[list[dict[str, Any]], dict[s
     from kvbench.engines.serve import running_engine
 
     install(engine)
-    ttft_scn, ttft_serve, thr_scn, thr_serve = ENGINES[engine]
+    ttft_scn, ttft_serve, _, thr_serve = ENGINES[engine]
     # medians of 3 (a busy CPU), at 5 lengths: with 3 the cold fit's a, c and fixed cost were exact
     # through 3 medians, so the fixed cost was their noise (vLLM: 0 ms in one run, 21 ms the next)
     lengths = {"prompts.lengths": [512, 1024, 2048, 3072, 4096], "repetitions": 3}
-    with running_engine(engine, **ttft_serve) as eng:
-        ttft = run(ttft_scn, work / "sys", {**lengths, "target.base_url": eng.base_url})
-    rows: list[dict[str, Any]] = []
-    with running_engine(engine, **thr_serve) as eng:
-        # the twin stands for the server the throughput runs measure: its sequence limit is fitted
-        # from this short sweep (the server's gauges, else the step model's replay), not given
-        sweep = [
-            run(thr_scn, work / "sys", {"load.concurrency": k, "target.base_url": eng.base_url})
-            for k in FIT_CONNECTIONS
-        ]
-        twin_path, fit_record = fit([ttft, *sweep], work)
-        on_twin = {"target.mock_profile": str(twin_path), "target.mock_overrides": {}}
-        on_twin["target.engine"] = "auto"
-        for k in ENGINE_CONNECTIONS:
-            load = {"load.concurrency": k, "load.requests": max(32, 4 * k)}  # as the mocks' (above)
-            thr = repeated(thr_scn, work / "sys", {**load, "target.base_url": eng.base_url})
-            twin_thr = repeated(thr_scn, work / "twin", {**load, **on_twin})
-            rows += compare_runs(f"{engine} @{k}", thr, twin_thr)
-        # the CI trace's first 60 rows on the throughput server (its slots), and on the twin
-        replay_set = {"test.concurrency": REPLAY_CONNECTIONS}
-        replay = repeated(f"replay-{engine}", work / "sys", {**replay_set, "target.base_url": eng.base_url})
+    # one server for both where they share their flags (vLLM), as `kvbench fit --base-url` measures,
+    # so the fit keeps the sweep's costs; llama.cpp's sweep has its own 1-slot server, and the fit
+    # takes the throughput server's speed from its runs (kvbench.twin.speed)
+    if ttft_serve == thr_serve:
+        with running_engine(engine, **ttft_serve) as eng:
+            ttft = run(ttft_scn, work / "sys", {**lengths, "target.base_url": eng.base_url})
+            measured = _on_system(engine, work, eng.base_url, ttft)
+    else:
+        with running_engine(engine, **ttft_serve) as eng:
+            ttft = run(ttft_scn, work / "sys", {**lengths, "target.base_url": eng.base_url})
+        with running_engine(engine, **thr_serve) as eng:
+            measured = _on_system(engine, work, eng.base_url, ttft)
+    rows, fit_record, on_twin, replay, sessions = measured
+    # the server is gone: the twin's own runs meet a quieter machine, as the system's did
+    replay_set = {"test.concurrency": REPLAY_CONNECTIONS}
     twin_replay = repeated(f"replay-{engine}", work / "twin", {**replay_set, **on_twin})
     rows += compare_runs(f"{engine} replay @{REPLAY_CONNECTIONS}", replay, twin_replay)
+    twin_sessions = repeated(f"sessions-{engine}", work / "twin", {**SESSIONS, **on_twin})
+    rows += compare_runs(f"{engine} sessions @{SESSION_USERS}", sessions, twin_sessions)
     twin_ttft = run(ttft_scn, work / "twin", {**lengths, **on_twin})
     rows += compare(engine, figures(ttft), figures(twin_ttft))
     return rows, fit_record
+
+
+def _on_system(engine: str, work: Path, base_url: str, ttft: Path) -> tuple[Any, ...]:
+    """The concurrency sweep and the fit, the throughput runs on the system and its twin, and the
+    system's replay and sessions runs (their twin runs wait for the server to stop)."""
+    _, _, thr_scn, _ = ENGINES[engine]
+    on_system = {"target.base_url": base_url}
+    # the twin stands for the server the throughput runs measure: its sequence limit is fitted from
+    # this short sweep (the server's gauges, else the step model's replay), not given
+    sweep = [run(thr_scn, work / "sys", {"load.concurrency": k, **on_system}) for k in FIT_CONNECTIONS]
+    twin_path, fit_record = fit([ttft, *sweep], work)
+    on_twin = {"target.mock_profile": str(twin_path), "target.mock_overrides": {}, "target.engine": "auto"}
+    rows: list[dict[str, Any]] = []
+    for k in ENGINE_CONNECTIONS:
+        load = {"load.concurrency": k, "load.requests": max(32, 4 * k)}  # as the mocks' (above)
+        thr = repeated(thr_scn, work / "sys", {**load, **on_system})
+        twin_thr = repeated(thr_scn, work / "twin", {**load, **on_twin})
+        rows += compare_runs(f"{engine} @{k}", thr, twin_thr)
+    # the CI trace's first 60 rows, and the sessions scenario (4 users x 4 turns), on this server
+    replay = repeated(f"replay-{engine}", work / "sys", {"test.concurrency": REPLAY_CONNECTIONS, **on_system})
+    sessions = repeated(f"sessions-{engine}", work / "sys", {**SESSIONS, **on_system})
+    return rows, fit_record, on_twin, replay, sessions
 
 
 # #37's targets, for the throughput rows (predictions of runs the fit never saw)
@@ -328,7 +366,10 @@ def render(rows: list[dict[str, Any]], fits: dict[str, Any], measured_at: str, c
     lines += ["", "## What each fit said", ""]
     for system, fit_record in fits.items():
         t = fit_record["terms"]
-        q = ", ".join(f"{k} R^2 {v.get('r2')}" for k, v in t.items())
+        q = ", ".join(
+            f"{k} {v['value']} (residual {v.get('residual')})" if k == "speed" else f"{k} R^2 {v.get('r2')}"
+            for k, v in t.items()
+        )
         seen = ", ".join(fit_record.get("saw", [])) or "its TTFT sweep"
         lines.append(f"- **{system}** (fitted to {seen}): {q}; notes: " + "; ".join(fit_record["notes"]))
     return "\n".join(lines) + "\n"

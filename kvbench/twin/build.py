@@ -27,7 +27,7 @@ from kvbench.mock.profiles import load_profile, validate_profile
 from kvbench.model.kv_geometry import PRESETS
 from kvbench.model.prefill import prefill_time
 from kvbench.results import REQUESTS, read_jsonl
-from kvbench.twin import aggregate, closedloop, measure, seqlimit, slotshape, tiers
+from kvbench.twin import aggregate, closedloop, measure, seqlimit, slotshape, speed, tiers
 from kvbench.twin import fit as F
 from kvbench.twin.scheduler import Scheduler, choose
 from kvbench.twin.sources import RunData
@@ -48,6 +48,7 @@ class Twin:
     seq_limit: seqlimit.SeqLimit | None = None
     cliff: tiers.Cliff | None = None
     aggregate: aggregate.Aggregate | None = None
+    speed: speed.Speed | None = None  # None: the source is kvbench's mock (its time is the model's)
 
 
 def _base(name: str) -> TieredProfile:
@@ -178,6 +179,13 @@ def build_twin(
     agg = _aggregate(runs, draft, limit.value) if shared else None
     if not slotted:
         _read_sharing(draft, agg, g4[1], notes)
+    pace = None if source is None or source.kind == "mock" else _speed(runs, draft, limit.value)
+    if pace is not None and pace.value != 1.0:
+        draft["gpu"] = speed.scale(draft["gpu"], pace.value)
+        notes.append(
+            f"compute {pace.value:.3g}x the TTFT sweep's (fit.terms.speed: {pace.detail}): the sweep and "
+            "the throughput runs met the server at different speeds, and the twin takes the throughput runs'"
+        )
     if scheduler.token_budget is None:
         notes.append("the source shares its GPU by processor sharing (kvbench's mock): no step scheduler")
     else:
@@ -195,7 +203,7 @@ def build_twin(
             "throughput rows are recorded, not fitted (no closed-loop phase at the TTFT sweep's pace): "
             "--validate RUN says how well the twin predicts them"
         )
-    twin = Twin(draft, pf, onboard, decode, notes, scheduler, limit, cliff, agg)
+    twin = Twin(draft, pf, onboard, decode, notes, scheduler, limit, cliff, agg, pace)
     draft["fit"] = fit_section(runs, twin)
     draft["description"] = f"Twin fitted by kvbench fit to {', '.join(str(r.run_dir) for r in runs)}"
     _params(draft)  # the mock must accept its own twin
@@ -338,6 +346,25 @@ def _seq_limit(
     return seqlimit.choose(loads, predictor, scheduler.max_num_seqs, prior, given, gauges, exact)
 
 
+def _speed(runs: list[RunData], draft: dict[str, Any], limit: int) -> speed.Speed:
+    """The compute factor that best replays the req/s of throughput runs against another server than
+    the TTFT sweep's (kvbench.twin.speed); on the sweep's own server its costs stand."""
+    swept = {r.source.server for r in runs if r.cold and r.source is not None}
+    other = [r for r in runs if r.source is not None and r.source.server not in swept]
+    if not other and any(r.throughput for r in runs):
+        return speed.Speed(1.0, "default", None, (), speed.SAME_SERVER)
+    loads = [ld for r in other for ld in measure.read_load(r.run_dir) if ld.pace == 1.0]
+    cache: dict[float, ModelParams] = {}
+
+    def predictor(load: measure.Load, factor: float) -> tuple[float, float]:
+        if factor not in cache:
+            cache[factor] = _params({**draft, "gpu": speed.scale(draft["gpu"], factor)})
+        p = closedloop.predict(cache[factor], load.requests, load.concurrency, limit)
+        return p.requests_per_s, p.ttft_p50_s
+
+    return speed.choose(loads, predictor)
+
+
 def _profile_is_the_system(run_dir: Path) -> bool:
     """The run was on the embedded mock and kept its profile's sequence limit."""
     from kvbench.configfile import read_yaml
@@ -385,7 +412,9 @@ def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
         "cached_tokens_max": max(cached) if cached else None,
         "concurrency_max": max((t.concurrency for t in tput), default=1),
     }
-    predicted = {(p.run, p.phase): p.predicted() for p in (twin.seq_limit.points if twin.seq_limit else ())}
+    # the replay of the finished twin: after the speed fit where it ran, else the limit's
+    replayed = twin.speed.points if twin.speed else twin.seq_limit.points if twin.seq_limit else ()
+    predicted = {(p.run, p.phase): p.predicted() for p in replayed}
     observed = [
         {
             "label": t.label,
@@ -404,6 +433,8 @@ def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
         terms["near_tier"] = twin.cliff.record()
     if twin.aggregate is not None:
         terms["aggregate"] = twin.aggregate.record()
+    if twin.speed is not None:
+        terms["speed"] = twin.speed.record()
     sources = [r.source.as_dict() for r in runs if r.source is not None]
     return {
         "runs": [str(r.run_dir) for r in runs],

@@ -2,7 +2,8 @@
 
 A discrete-event replay of the mock's own request path (kvbench.mock.costs.engine) on a twin's
 ModelParams, for a given sequence limit: C connections each send their next request when the last
-one ends; at most `limit` run at once (the rest queue, FIFO); a running request waits the fixed cost,
+one ends; at most `limit` run at once (the rest queue, FIFO); a running request waits the fixed cost
+(with `gpu.step`, before it queues: the server's front end, as the mock's step twin pays it),
 onboards its cached tokens from G4 (latency, then the reads share G4's bandwidth, then the chunk
 tail), prefills and decodes. Prefill and decode run as the twin's GPU does: in the profile's steps
 (kvbench.mock.costs.step.StepScheduler, the same object the mock runs) or, without `gpu.step`, by
@@ -67,18 +68,28 @@ class _Sim:
         if self.sent < len(self.reqs):
             req, self.sent = self.sent, self.sent + 1
             self.start[req] = self.now
-            self.queue.append(req)
-            self.admit()
+            if self.steps is not None:  # the fixed cost outside the scheduler, as the mock's step twin
+                self.push(self.p.request_fixed_s, "queued", req)
+            else:
+                self.queue.append(req)
+                self.admit()
 
     def admit(self) -> None:
         while self.queue and (self.limit is None or self.running < self.limit):
             self.running += 1
             self.max_running = max(self.max_running, self.running)
-            self.push(self.p.request_fixed_s, "fixed", self.queue.popleft())
+            req = self.queue.popleft()
+            if self.steps is not None:
+                self.handle("fixed", req)  # paid before it queued
+            else:
+                self.push(self.p.request_fixed_s, "fixed", req)
 
     def handle(self, what: str, req: int) -> None:
         r = self.reqs[req] if req >= 0 else None
-        if what == "fixed" and r is not None:
+        if what == "queued":
+            self.queue.append(req)
+            self.admit()
+        elif what == "fixed" and r is not None:
             c = min(r.cached_tokens, r.prompt_tokens - 1)
             if c > 0 and self.p.tier("G4").enabled:
                 self.push(self.p.g4_latency_s(), "read", req)

@@ -218,6 +218,10 @@ def summary_lines(twin: Twin, output: Path, base: str) -> list[str]:
         m = t["max_num_seqs"]
         res = "" if m["residual"] is None else f", residual {m['residual'] * 100:.1f}% (req/s, TTFT p50)"
         lines.append(f"  seq limit {m['value']} from {m['origin']}: {m['detail']}{res}")
+    if "speed" in t:
+        sp = t["speed"]
+        res = "" if sp["residual"] is None else f", residual {sp['residual'] * 100:.1f}% (req/s)"
+        lines.append(f"  compute  {sp['value']:.3g}x the sweep's, from {sp['origin']}: {sp['detail']}{res}")
     lines += [f"  note: {n}" for n in fit["notes"]]
     lines.append(f"run on it: kvbench run ttft --mock-profile {output} --set target.mock_overrides={{}}")
     return lines

@@ -46,6 +46,7 @@ class Source:
     pace: float  # real seconds per modelled second (1.0 for a real server)
     machine: str  # the client host: hostname, CPUs, platform
     max_model_len: int | None = None  # the server's context, where /v1/models said it
+    server: str | None = None  # the base URL measured: which runs shared a server (not in the profile)
 
     def as_dict(self) -> dict[str, str | float | None]:
         return {
@@ -104,6 +105,7 @@ def read_run(run_dir: Path | str) -> RunData:
         pace=float(m.target.mock_time_scale or 1.0),
         machine=machine,
         max_model_len=m.target.max_model_len,
+        server=m.target.base_url,
     )
     data = RunData(run_dir=path, model=m.target.model, source=source)
     rows = [r for r in read_jsonl(path / REQUESTS) if r.get("status") == "ok"]

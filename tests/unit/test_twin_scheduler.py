@@ -143,3 +143,12 @@ def test_a_run_inside_the_range_and_an_unvalidated_twin() -> None:
 def test_a_mock_source_whose_profile_is_gone_still_shares_its_gpu() -> None:
     s = choose("mock", "no-such-profile", 0.002, None, None, kind="mock")
     assert s.token_budget is None and s.max_num_seqs == 256 and "unreadable" in s.origin["token_budget"]
+
+
+def test_a_real_server_twin_records_its_speed_and_a_mock_twin_has_none(tmp_path: Path) -> None:
+    server = build_twin(read_runs([_run(tmp_path, "vllm", "server")]), "ibm-g4", None, None).profile
+    speed = server["fit"]["terms"]["speed"]
+    assert (speed["value"], speed["origin"]) == (1.0, "default")  # no throughput runs to fit it to
+    assert server["gpu"]["request_fixed_s"] == pytest.approx(FIXED, rel=1e-6)  # the sweep's, unscaled
+    mock = build_twin(read_runs([_run(tmp_path, "mock", "mock", "ci")]), "ibm-g4", None, None).profile
+    assert "speed" not in mock["fit"]["terms"]
