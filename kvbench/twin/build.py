@@ -413,7 +413,7 @@ def fit_section(runs: list[RunData], twin: Twin) -> dict[str, Any]:
         "concurrency_max": max((t.concurrency for t in tput), default=1),
     }
     # the replay of the finished twin: after the speed fit where it ran, else the limit's
-    replayed = twin.speed.points if twin.speed else twin.seq_limit.points if twin.seq_limit else ()
+    replayed = (twin.speed.points if twin.speed else ()) or (twin.seq_limit.points if twin.seq_limit else ())
     predicted = {(p.run, p.phase): p.predicted() for p in replayed}
     observed = [
         {

@@ -7,7 +7,9 @@ From the first of:
            is late by milliseconds, and a replay that cannot see that lateness matched an invented
            limit of 6 on a mock with 256 better than no limit)
   gauges   the server's own running/waiting gauges, sampled during the throughput runs
-           (kvbench.twin.measure): the most requests running while others waited is the limit
+           (kvbench.twin.measure): the most requests running while others waited is the limit,
+           unless the runs' timing (the step model, below) fits the prior clearly better: a gauge
+           sampled once a second lags the steps, and then the model decides
   model    the candidate limit whose step-model replay of each throughput run (kvbench.twin.closedloop)
            best matches its measured req/s and TTFT p50; a limit must beat "no limit" clearly
            (MARGIN) to be chosen, so noise on an unbounded server does not invent one
@@ -126,7 +128,12 @@ def choose(
         return at(given, "given", most > given, "--max-seqs", {})
     if gauges is not None and gauges.saw_waiting:
         detail = f"most {gauges.name} {gauges.max_running} while requests waited ({gauges.samples} samples)"
-        return at(gauges.max_running, "gauges", True, detail, {})
+        seen = gauges.max_running
+        if not loads or seen == prior or not _timing_refutes(loads, predictor, seen, prior):
+            return at(seen, "gauges", True, detail, {})
+        # a gauge sampled once a second lags the steps: vLLM CPU's showed 1 running and 3 waiting
+        # twice at 8 connections on a server of 4, and a limit of 1 took 28 connections -31% req/s
+        gauges = Gauges(gauges.name, 1, False, gauges.samples)  # the model decides, from 1 up
     if not loads:
         return at(prior, "default", False, f"no throughput runs to fit it to: {prior_from}", {})
     floor = max(1, gauges.max_running) if gauges is not None else 1
@@ -148,6 +155,11 @@ def choose(
     if prior >= most:
         return at(prior, "default", False, f"{unbound}; kept {prior} ({prior_from})", scores)
     return at(max(UNBOUNDED, most), "model", False, unbound, scores)
+
+
+def _timing_refutes(loads: Sequence[Load], predictor: Predictor, seen: int, prior: int) -> bool:
+    """The runs' timing fits the prior clearly better (MARGIN) than the limit the gauges showed."""
+    return score(loads, predictor, prior)[0] < (1 - MARGIN) * score(loads, predictor, seen)[0]
 
 
 def _conns(loads: Sequence[Load]) -> str:

@@ -114,6 +114,20 @@ def test_gauges_that_saw_a_queue_give_the_limit_and_given_beats_them() -> None:
     assert (given.value, given.origin) == (2, "given") and given.residual is not None and given.residual > 0.1
 
 
+def test_gauges_the_timing_refutes_are_lag_and_the_model_decides() -> None:
+    # vLLM CPU's gauges, sampled once a second, showed 1 running and 3 waiting at 8 connections on a
+    # server of 4 sequences: a limit of 1 the runs' own timing fits far worse than the prior 4
+    params = _params(steps=True)
+    loads = _loads(params, 4)
+    lagging = Gauges("vllm:num_requests_running", max_running=1, saw_waiting=True, samples=6)
+    got = seqlimit.choose(loads, _predictor(params), 4, "engine default (vllm)", gauges=lagging)
+    assert (got.value, got.origin) == (4, "model") and got.scores["4"] < got.scores["1"]
+    # gauges the timing does not refute still give the limit, even where the prior differs
+    honest = Gauges("vllm:num_requests_running", max_running=4, saw_waiting=True, samples=6)
+    kept = seqlimit.choose(loads, _predictor(params), 2, "engine default (vllm)", gauges=honest)
+    assert (kept.value, kept.origin) == (4, "gauges")
+
+
 def test_gauges_without_a_queue_are_a_floor_for_the_model() -> None:
     params = _params(steps=False)
     loads = _loads(params, 2)
