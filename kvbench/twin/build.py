@@ -179,13 +179,8 @@ def build_twin(
     agg = _aggregate(runs, draft, limit.value) if shared else None
     if not slotted:
         _read_sharing(draft, agg, g4[1], notes)
-    pace = None if source is None or source.kind == "mock" else _speed(runs, draft, limit.value)
-    if pace is not None and pace.value != 1.0:
-        draft["gpu"] = speed.scale(draft["gpu"], pace.value)
-        notes.append(
-            f"compute {pace.value:.3g}x the TTFT sweep's (fit.terms.speed: {pace.detail}): the sweep and "
-            "the throughput runs met the server at different speeds, and the twin takes the throughput runs'"
-        )
+    real = source is not None and source.kind != "mock"  # kvbench's mock keeps model time: no factor
+    pace = speed.apply(runs, draft, limit.value, notes, _params) if real else None
     if scheduler.token_budget is None:
         notes.append("the source shares its GPU by processor sharing (kvbench's mock): no step scheduler")
     else:
@@ -344,25 +339,6 @@ def _seq_limit(
     # served the mock on their own (`mock serve --set gpu.max_num_seqs=4`: the name says nothing)
     exact = prior.startswith("source profile") and all(_profile_is_the_system(r.run_dir) for r in runs)
     return seqlimit.choose(loads, predictor, scheduler.max_num_seqs, prior, given, gauges, exact)
-
-
-def _speed(runs: list[RunData], draft: dict[str, Any], limit: int) -> speed.Speed:
-    """The compute factor that best replays the req/s of throughput runs against another server than
-    the TTFT sweep's (kvbench.twin.speed); on the sweep's own server its costs stand."""
-    swept = {r.source.server for r in runs if r.cold and r.source is not None}
-    other = [r for r in runs if r.source is not None and r.source.server not in swept]
-    if not other and any(r.throughput for r in runs):
-        return speed.Speed(1.0, "default", None, (), speed.SAME_SERVER)
-    loads = [ld for r in other for ld in measure.read_load(r.run_dir) if ld.pace == 1.0]
-    cache: dict[float, ModelParams] = {}
-
-    def predictor(load: measure.Load, factor: float) -> tuple[float, float]:
-        if factor not in cache:
-            cache[factor] = _params({**draft, "gpu": speed.scale(draft["gpu"], factor)})
-        p = closedloop.predict(cache[factor], load.requests, load.concurrency, limit)
-        return p.requests_per_s, p.ttft_p50_s
-
-    return speed.choose(loads, predictor)
 
 
 def _profile_is_the_system(run_dir: Path) -> bool:

@@ -9,8 +9,8 @@ req/s by the step model's replay of each (kvbench.twin.closedloop, with the serv
 tokens, so no cache model enters), and kept at 1 unless it fits clearly better (MARGIN). req/s only:
 the replay does not charge llama.cpp's slot resume, so its TTFT p50 is no measure of speed. On the
 sweep's own server the sweep's costs stand (SAME_SERVER), and a twin of kvbench's mock has no factor
-(its time is the model's, whatever the machine does). The choice is pure (a predictor is passed in),
-so it can be tested on data the step model made.
+(its time is the model's, whatever the machine does). `choose` is pure (a predictor is passed in),
+so it can be tested on data the step model made; `apply` fits it to runs and scales the profile.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench.twin.measure import Load
+from kvbench.mock.costs.timing import ModelParams
+from kvbench.twin import closedloop
+from kvbench.twin.measure import Load, read_load
 from kvbench.twin.seqlimit import Point
+from kvbench.twin.sources import RunData
 
 STEP = 1.025  # the grid's ratio between neighbours: 2.5%, well inside the targets' 15%
 GRID = tuple(round(STEP**i, 6) for i in range(-28, 29))  # 0.50 .. 2.0
@@ -106,3 +109,46 @@ def choose(loads: Sequence[Load], predictor: Predictor) -> Speed:
         return Speed(best, "model", _residual(pts), tuple(pts), detail)
     detail = f"no factor fits the req/s at connections {conns} clearly better than 1 (within {MARGIN:.0%})"
     return Speed(1.0, "default", _residual(at_one[1]), tuple(at_one[1]), detail)
+
+
+def apply(
+    runs: Sequence[RunData],
+    draft: dict[str, Any],
+    limit: int,
+    notes: list[str],
+    params_of: Callable[[dict[str, Any]], ModelParams],
+) -> Speed:
+    """Fit the factor to `runs` and scale `draft`'s gpu section by it (a note says so where it is not 1).
+    `params_of` turns a profile dict into the mock's ModelParams (kvbench.twin.build's validation)."""
+    chosen = fit_to_runs(runs, draft, limit, params_of)
+    if chosen.value != 1.0:
+        draft["gpu"] = scale(draft["gpu"], chosen.value)
+        notes.append(
+            f"compute {chosen.value:.3g}x the TTFT sweep's (fit.terms.speed: {chosen.detail}): the sweep and "
+            "the throughput runs met the server at different speeds, and the twin takes the throughput runs'"
+        )
+    return chosen
+
+
+def fit_to_runs(
+    runs: Sequence[RunData],
+    draft: dict[str, Any],
+    limit: int,
+    params_of: Callable[[dict[str, Any]], ModelParams],
+) -> Speed:
+    """The factor whose closed-loop replay best matches the req/s of the throughput runs against another
+    server than the TTFT sweep's; SAME_SERVER where every throughput run was on the sweep's own."""
+    swept = {r.source.server for r in runs if r.cold and r.source is not None}
+    other = [r for r in runs if r.source is not None and r.source.server not in swept]
+    if not other and any(r.throughput for r in runs):
+        return Speed(1.0, "default", None, (), SAME_SERVER)
+    loads = [ld for r in other for ld in read_load(r.run_dir) if ld.pace == 1.0]
+    cache: dict[float, ModelParams] = {}
+
+    def predictor(load: Load, factor: float) -> tuple[float, float]:
+        if factor not in cache:
+            cache[factor] = params_of({**draft, "gpu": scale(draft["gpu"], factor)})
+        p = closedloop.predict(cache[factor], load.requests, load.concurrency, limit)
+        return p.requests_per_s, p.ttft_p50_s
+
+    return choose(loads, predictor)

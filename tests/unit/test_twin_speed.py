@@ -73,7 +73,7 @@ def test_no_throughput_runs_keep_the_sweeps_costs() -> None:
 
 
 def test_throughput_runs_on_the_sweeps_own_server_keep_its_costs(tmp_path: Path) -> None:
-    from kvbench.twin.build import _speed
+    from kvbench.twin.build import _params as profile_params
     from kvbench.twin.sources import RunData, Source, ThroughputPoint, TtftPoint
 
     def src(url: str) -> Source:
@@ -83,5 +83,5 @@ def test_throughput_runs_on_the_sweeps_own_server_keep_its_costs(tmp_path: Path)
     thr = RunData(
         tmp_path / "thr", "m", src("http://a"), throughput=[ThroughputPoint("cached", 8, 9.0, 0.2, 32)]
     )
-    got = _speed([sweep, thr], _gpu(), LIMIT)
+    got = speed.fit_to_runs([sweep, thr], _gpu(), LIMIT, profile_params)
     assert (got.value, got.origin, got.detail) == (1.0, "default", speed.SAME_SERVER)
